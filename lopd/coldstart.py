@@ -1,0 +1,188 @@
+"""Composer cold start (paper §3.2): train phi_0 so the latent context helps the frozen teacher.
+
+Before joint training, the composer ``phi = (psi, chi)`` is fitted on successful trajectories
+with the backbone frozen: the loss is the teacher's negative log-likelihood of the trajectory's
+action tokens given the latent context composed from *other* retrieved experiences (never the
+trajectory itself, or the composer would learn to copy). The teacher is the initial weights
+(adapters disabled, ``lopd.teacher``), so only ``phi`` moves; the student's adapter is untouched.
+
+Reduction: as eq. 10, a masked mean over each trajectory's action tokens, then the mean over
+trajectories. ``evaluate_nll`` reports the token-weighted mean NLL per action token with or
+without the latent context, the number the cold start is meant to lower.
+
+Simplifications: plain AdamW with gradient clipping, a fixed learning rate and sampling of
+examples with replacement from a seeded generator; no scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lopd.batch import TokenBatch, collate
+from lopd.composer import Composer
+from lopd.teacher import supervised_targets, teacher_logits
+from lopd.types import Task, Trajectory
+
+
+@dataclass
+class ColdStartExample:
+    """A successful trajectory (or a one-row ``TokenBatch``), its task, OTHER experience texts."""
+
+    trajectory: Trajectory | TokenBatch
+    task_text: str
+    experiences: list[str]
+
+
+@dataclass
+class ColdStartResult:
+    """Per-step training losses and the NLL per action token before and after."""
+
+    losses: list[float] = field(default_factory=list)
+    nll_no_context: float = math.nan
+    nll_context_before: float = math.nan
+    nll_context_after: float = math.nan
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _rows(item: Trajectory | TokenBatch) -> tuple[list[int], list[int], int]:
+    """(ids, action mask, prompt_len) of one example, padding stripped."""
+    if isinstance(item, Trajectory):
+        return list(item.input_ids), list(item.action_mask), item.prompt_len
+    if item.input_ids.shape[0] != 1:
+        raise ValueError("a TokenBatch example must hold exactly one row")
+    real = item.attention_mask[0].bool()
+    ids = item.input_ids[0][real].tolist()
+    mask = item.action_mask[0][real].long().tolist()
+    return ids, mask, int(item.prompt_lens[0])
+
+
+def collate_examples(examples: list[ColdStartExample], pad_id: int) -> TokenBatch:
+    """Right-padded batch of the examples' trajectories."""
+    trajectories = []
+    for example in examples:
+        ids, mask, prompt_len = _rows(example.trajectory)
+        task = Task(id="", split="", domain="", prompt=example.task_text)
+        trajectories.append(Trajectory(task, ids, mask, [], prompt_len, []))
+    return collate(trajectories, pad_id)
+
+
+def teacher_nll(
+    composer: Composer | None,
+    model,
+    examples: list[ColdStartExample],
+    with_context: bool = True,
+    teacher_model=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher NLL of the supervised tokens: ``(N,)`` values and ``(N,)`` row index."""
+    pad_id = composer.tokenizer.pad_token_id if composer is not None else 0
+    device = model.get_input_embeddings().weight.device
+    batch = collate_examples(examples, pad_id or 0).to(device)
+    context = mask = None
+    if with_context:
+        context, mask = composer.compose(
+            [e.task_text for e in examples], [list(e.experiences) for e in examples]
+        )
+    logits = teacher_logits(
+        model, batch, context, mask, positions="supervised", teacher_model=teacher_model
+    )  # (N, V)
+    targets = supervised_targets(batch)  # (N,)
+    nll = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+    rows = batch.target_mask.nonzero(as_tuple=True)[0]  # (N,)
+    return nll, rows
+
+
+def _per_trajectory_mean(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """Eq. 10 reduction: mean over each row's tokens, then over rows that have tokens."""
+    sums = torch.zeros(n_rows, device=nll.device, dtype=nll.dtype).index_add(0, rows, nll)
+    counts = torch.bincount(rows, minlength=n_rows).to(nll.dtype)
+    has = counts > 0
+    return (sums[has] / counts[has]).mean()
+
+
+@torch.no_grad()
+def evaluate_nll(
+    composer: Composer | None,
+    model,
+    batch_examples: list[ColdStartExample],
+    with_context: bool,
+    batch_size: int = 8,
+    teacher_model=None,
+) -> float:
+    """Mean teacher NLL per action token (token-weighted) with or without latent context."""
+    total, count = 0.0, 0
+    for start in range(0, len(batch_examples), batch_size):
+        chunk = batch_examples[start : start + batch_size]
+        nll, _ = teacher_nll(composer, model, chunk, with_context, teacher_model)
+        total += float(nll.sum())
+        count += nll.numel()
+    return total / max(count, 1)
+
+
+def cold_start(
+    composer: Composer,
+    model,
+    tokenizer,
+    examples: list[ColdStartExample],
+    steps: int,
+    lr: float = 1e-3,
+    batch_size: int = 8,
+    weight_decay: float = 0.0,
+    grad_clip: float = 1.0,
+    seed: int = 0,
+    save_dir: str | Path | None = None,
+    teacher_model=None,
+    evaluate: bool = True,
+    log=None,
+) -> ColdStartResult:
+    """Fit the composer on ``examples`` for ``steps`` AdamW steps; returns the metrics.
+
+    ``model`` is the shared backbone (``composer.model``); the teacher runs with adapters
+    disabled (or ``teacher_model``), so only ``composer.trainable_parameters()`` move. With
+    ``save_dir`` the result ``phi_0`` is written by ``composer.save``. ``log(step, loss)`` is
+    called after every step if given. ``tokenizer`` pads the batches.
+    """
+    if not examples:
+        raise ValueError("cold start needs at least one example")
+    composer.tokenizer = composer.tokenizer or tokenizer
+    result = ColdStartResult()
+    started = time.perf_counter()
+    if evaluate:
+        result.nll_no_context = evaluate_nll(composer, model, examples, False, batch_size,
+                                             teacher_model)
+        result.nll_context_before = evaluate_nll(composer, model, examples, True, batch_size,
+                                                 teacher_model)
+    params = composer.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    composer.train()
+    for step in range(steps):
+        picks = torch.randint(len(examples), (min(batch_size, len(examples)),),
+                              generator=generator).tolist()
+        chunk = [examples[i] for i in picks]
+        nll, rows = teacher_nll(composer, model, chunk, True, teacher_model)
+        loss = _per_trajectory_mean(nll, rows, len(chunk))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        optimizer.step()
+        value = float(loss.detach())
+        result.losses.append(value)
+        if log is not None:
+            log(step, value)
+    composer.eval()
+    if evaluate:
+        result.nll_context_after = evaluate_nll(composer, model, examples, True, batch_size,
+                                                teacher_model)
+    if save_dir is not None:
+        composer.save(save_dir)
+    result.seconds = time.perf_counter() - started
+    return result

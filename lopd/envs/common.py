@@ -1,0 +1,44 @@
+"""Helpers shared by the tool-using environments (ToolWorld, BFCL).
+
+``parse_in_order`` wraps ``lopd.chat.parse_tool_calls`` so that valid calls and parse errors
+come back in the order they appear in the assistant's text: each ``<tool_call>`` block is
+parsed on its own, so the i-th tool message answers the i-th block.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from lopd.chat import CALL_OPEN, ToolCall, parse_tool_calls
+from lopd.types import Message, ToolSchema
+
+
+def parse_in_order(text: str, tools: Sequence[ToolSchema]) -> tuple[str, list[ToolCall | str]]:
+    """(free text, items) where each item is a valid ``ToolCall`` or an error string."""
+    whole = parse_tool_calls(text, tools)
+    if whole.attempted_calls <= 1:
+        return whole.content, [*whole.calls, *whole.errors]
+    items: list[ToolCall | str] = []
+    for segment in text.split(CALL_OPEN)[1:]:
+        parsed = parse_tool_calls(CALL_OPEN + segment, tools)
+        items.extend(parsed.calls or parsed.errors)
+    return whole.content, items
+
+
+def compact(value: Any) -> str:
+    """Compact JSON for tool observations (falls back to ``str`` for odd values)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def tool_message(content: Any) -> Message:
+    return {"role": "tool", "content": compact(content)}
+
+
+def error_message(error: str) -> Message:
+    return tool_message({"error": error})

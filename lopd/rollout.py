@@ -1,0 +1,160 @@
+"""The batched multi-turn rollout engine.
+
+Many episodes run at once. In every round, each episode that waits for the model contributes
+one row to the same batched generation call; the sampled turns go back to their environments;
+episodes that finish drop out and the others join the next round with their new observations.
+
+Trajectories are kept as token ids from the start: the prompt is rendered once, sampled tokens
+are appended exactly as sampled (action mask 1) and observations are rendered and appended
+(mask 0). Text is decoded only to hand it to the environment; it is never re-tokenised, so the
+student and the teacher later score exactly the tokens the student produced.
+
+Behaviour statistics per trajectory (paper §4 behaviour analysis): interaction steps
+(assistant turns), tool calls per step, first-response length in tokens, reward per tool call,
+tool-call errors, and whether the episode was cut by the context budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from lopd.chat import ChatRenderer
+from lopd.generation import GenerationBackend, SamplingParams
+from lopd.types import Env, Message, Task, Trajectory
+
+
+@dataclass
+class RolloutConfig:
+    """Limits of an episode and how turns are sampled."""
+
+    max_steps: int = 30
+    """Environment step cap (assistant turns); the paper uses 30."""
+    max_new_tokens: int = 192
+    """Token budget of one assistant turn."""
+    max_context_tokens: int = 2048
+    """An episode whose conversation would exceed this is stopped (reward 0, truncated)."""
+    temperature: float = 1.0
+    """0 = greedy decoding (evaluation); > 0 samples (training)."""
+    top_p: float = 1.0
+
+
+@dataclass
+class _Episode:
+    env: Env
+    group: int
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    prompt_len: int = 0
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    tool_calls: int = 0
+    errors: int = 0
+    reward: float = 0.0
+    success: bool = False
+    truncated: bool = False
+    done: bool = False
+
+    def append(self, ids: list[int], mask: list[int]) -> None:
+        self.ids += ids
+        self.mask += mask
+
+
+def _start(env: Env, group: int, renderer: ChatRenderer) -> _Episode:
+    first = env.reset()
+    episode = _Episode(env=env, group=group, messages=list(first.messages))
+    episode.append(*renderer.render(first.messages))
+    episode.prompt_len = len(episode.ids)
+    return episode
+
+
+def _finish(episode: _Episode) -> Trajectory:
+    turns = len(episode.turn_spans)
+    first_len = episode.turn_spans[0][1] - episode.turn_spans[0][0] if turns else 0
+    stats = {
+        "interaction_steps": float(turns),
+        "tool_calls": float(episode.tool_calls),
+        "tool_calls_per_step": episode.tool_calls / max(turns, 1),
+        "first_response_tokens": float(first_len),
+        "reward_per_tool_call": episode.reward / max(episode.tool_calls, 1),
+        "tool_errors": float(episode.errors),
+        "truncated": float(episode.truncated),
+        "action_tokens": float(sum(episode.mask)),
+        "total_tokens": float(len(episode.ids)),
+    }
+    return Trajectory(
+        task=episode.env.task, input_ids=episode.ids, action_mask=episode.mask,
+        turn_spans=episode.turn_spans, prompt_len=episode.prompt_len, messages=episode.messages,
+        reward=episode.reward, success=episode.success, group=episode.group, stats=stats,
+    )
+
+
+def _apply_turn(episode: _Episode, sampled: list[int], renderer: ChatRenderer, config: RolloutConfig) -> None:
+    """Append one sampled turn, step the environment, append its observation."""
+    header = renderer.generation_prompt()
+    episode.append(header, [0] * len(header))
+    start = len(episode.ids)
+    episode.append(sampled, [1] * len(sampled))
+    episode.turn_spans.append((start, len(episode.ids)))
+    episode.append(*renderer.close_sampled_turn(sampled))
+    text = renderer.tokenizer.decode(sampled, skip_special_tokens=True)
+    episode.messages.append({"role": "assistant", "content": text})
+    result = episode.env.step(text)
+    episode.tool_calls = int(result.info.get("tool_calls", episode.tool_calls))
+    episode.errors = int(result.info.get("errors", episode.errors))
+    if result.done:
+        episode.done = True
+        episode.reward = float(result.reward)
+        episode.success = bool(result.info.get("success", result.reward >= 1.0))
+        return
+    for message in result.observation:
+        episode.messages.append(message)
+        episode.append(*renderer.render_message(message, episode.messages[:-1]))
+    over_steps = len(episode.turn_spans) >= config.max_steps
+    over_budget = len(episode.ids) + len(header) + config.max_new_tokens > config.max_context_tokens
+    if over_steps or over_budget:  # the environment did not end it: stop here, no reward
+        episode.done, episode.truncated = True, True
+
+
+def run_episodes(
+    envs: Sequence[Env],
+    backend: GenerationBackend,
+    renderer: ChatRenderer,
+    config: RolloutConfig,
+    seed: int = 0,
+    groups: Sequence[int] | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> list[Trajectory]:
+    """Run every environment to the end, batching generation across them.
+
+    ``groups[i]`` labels environment ``i``'s rollout group (rollouts of the same task);
+    ``on_round(finished, total)`` is called after each round (for progress bars).
+    Returns the trajectories in the order of ``envs``.
+    """
+    groups = list(groups) if groups is not None else list(range(len(envs)))
+    episodes = [_start(env, group, renderer) for env, group in zip(envs, groups)]
+    header = renderer.generation_prompt()
+    round_index = 0
+    while True:
+        waiting = [e for e in episodes if not e.done]
+        if not waiting:
+            break
+        params = SamplingParams(config.max_new_tokens, config.temperature, config.top_p,
+                                seed=seed * 100_003 + round_index)
+        sampled = backend.generate([e.ids + header for e in waiting], params)
+        for episode, tokens in zip(waiting, sampled):
+            _apply_turn(episode, tokens, renderer, config)
+        round_index += 1
+        if on_round is not None:
+            on_round(sum(e.done for e in episodes), len(episodes))
+    return [_finish(e) for e in episodes]
+
+
+def make_group_envs(tasks: Sequence[Task], group_size: int, make_env: Callable[..., Env], max_steps: int, seed: int = 0) -> tuple[list[Env], list[int]]:
+    """``group_size`` environments per task (one rollout group each), with their group ids."""
+    envs, groups = [], []
+    for index, task in enumerate(tasks):
+        for member in range(group_size):
+            envs.append(make_env(task, seed=seed * 1000 + member, max_steps=max_steps))
+            groups.append(index)
+    return envs, groups

@@ -1,0 +1,283 @@
+"""Teacher and student forward passes with privileged context spliced in (paper eq. 7-8).
+
+The teacher is the frozen *initial* weights ``theta_bar`` (eq. 8): with a LoRA student on a
+PeftModel, the same model run inside ``model.disable_adapter()``; with a fully fine-tuned
+student, a separate frozen copy passed as ``teacher_model``. The teacher sees
+``[s ; c]`` (eq. 7): the context ``c`` is inserted **right after the first ``prompt_lens[b]``
+real tokens of row b** (the initial task prompt: system + first user message). For a
+single-turn task that is exactly ``[s ; c]``; for a multi-turn episode the context sits after
+the task prompt, before the first assistant turn, and stays in view for every later turn.
+
+Context comes in two kinds through one code path (``plan_splice`` + ``apply_splice``):
+
+- latent: ``context (B, C, d)`` float vectors used as input embeddings (LOPD's composer);
+- text: ``context (B, C)`` long token ids (baselines), embedded by the model's own table.
+
+``context_mask (B, C)`` marks real context slots; padding slots are dropped (not attended).
+Each row is *compacted*: ``[prompt ; real context ; rest of the real tokens ; padding]`` with
+position ids ``0..`` contiguous over the real elements, so left/right padding and per-row prompt
+lengths give exactly the results of running every row alone.
+
+Alignment. All outputs follow lopd's convention (``lopd.batch``): the returned ``logits[:, i]``
+predicts ``batch.input_ids[:, i + 1]``, for teacher and student alike, so losses compare them
+token by token. After splicing, the logit that predicts original token ``i + 1`` sits at
+``dest(i + 1) - 1`` (for the first token after the prompt, that is the last context slot);
+``Splice.pred_index`` holds these positions and the LM head is applied only there.
+
+Positions (memory). Full-vocabulary logits dominate memory, so ``positions`` chooses where the
+LM head runs: ``"all"`` -> ``(B, T, V)``; ``"supervised"`` -> ``(N, V)`` for the N positions
+where ``batch.target_mask`` is True (padded with a False last column), row-major order; a
+``(B, T)`` bool tensor -> ``(N, V)`` for those positions. ``return_hidden=True`` returns the
+final hidden states ``(B, T, d)`` / ``(N, d)`` instead, for a caller that applies the head in
+chunks (``lm_head``). Simplification: logits are ``lm_head(final hidden)`` (with Gemma-style
+soft-capping if configured) — true for Llama/SmolLM2/Qwen/Mistral.
+
+Gradients. No parameter of the teacher is updated, but when a latent context requires grad the
+forward keeps its activations in the graph (eq. 8: the loss is differentiable w.r.t. ``c``).
+Without a differentiable context the teacher runs under ``no_grad`` (it is then a fixed target).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from lopd.batch import TokenBatch
+
+Positions = str | torch.Tensor
+
+
+@dataclass
+class Splice:
+    """Where each element goes when context is spliced into a batch (see module docstring).
+
+    dest           (B, T) long  spliced position of every original position (pads included)
+    ctx_dest       (B, C) long  spliced position of every context slot (-1 for padding slots)
+    attention_mask (B, L) long  1 on real tokens and real context
+    position_ids   (B, L) long  contiguous over the real elements of each row
+    pred_index     (B, T) long  spliced position whose output predicts original token i + 1
+    n_context      (B,)   long  real context slots inserted in each row
+    """
+
+    dest: torch.Tensor
+    ctx_dest: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    pred_index: torch.Tensor
+    n_context: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        return self.attention_mask.shape[1]
+
+
+def plan_splice(
+    attention_mask: torch.Tensor, prompt_lens: torch.Tensor, context_mask: torch.Tensor | None
+) -> Splice:
+    """Plan ``[real[:p] ; context ; real[p:] ; pads]`` per row (``attention_mask (B, T)``)."""
+    real = attention_mask.bool()  # (B, T)
+    batch, length = real.shape
+    device = real.device
+    n_real = real.sum(1)  # (B,)
+    if context_mask is None:
+        context_mask = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+    context_mask = context_mask.bool().to(device)
+    n_ctx = context_mask.sum(1)  # (B,)
+    prompt = prompt_lens.to(device).clamp(min=0).minimum(n_real)  # (B,)
+    rank = real.long().cumsum(1) - 1  # (B, T) rank among real tokens
+    pad_rank = (~real).long().cumsum(1) - 1
+    after_prompt = (rank >= prompt[:, None]).long()
+    dest = torch.where(
+        real, rank + after_prompt * n_ctx[:, None], (n_real + n_ctx)[:, None] + pad_rank
+    )
+    ctx_rank = context_mask.long().cumsum(1) - 1
+    ctx_dest = torch.where(context_mask, prompt[:, None] + ctx_rank, torch.full_like(ctx_rank, -1))
+    total = length + (int(n_ctx.max()) if batch else 0)
+    positions = torch.arange(total, device=device).expand(batch, total)
+    attention = (positions < (n_real + n_ctx)[:, None]).long()
+    pred_index = torch.cat([dest[:, 1:] - 1, dest[:, -1:]], dim=1).clamp(min=0)
+    return Splice(dest, ctx_dest, attention, positions.clone(), pred_index, n_ctx)
+
+
+def apply_splice(
+    plan: Splice,
+    values: torch.Tensor,
+    context: torch.Tensor | None = None,
+    fill: float | bool = 0,
+) -> torch.Tensor:
+    """Place ``values (B, T, ...)`` and real ``context (B, C, ...)`` slots -> ``(B, L, ...)``.
+
+    Differentiable w.r.t. both inputs (out-of-place ``index_put``); unused slots hold ``fill``.
+    """
+    batch, length = values.shape[:2]
+    out = values.new_full((batch, plan.length, *values.shape[2:]), fill)
+    rows = torch.arange(batch, device=values.device)[:, None].expand(batch, length)
+    out = out.index_put((rows, plan.dest), values)
+    if context is not None and context.shape[1] > 0:
+        keep = plan.ctx_dest >= 0  # (B, C)
+        ctx_rows = torch.arange(batch, device=values.device)[:, None].expand_as(keep)
+        out = out.index_put((ctx_rows[keep], plan.ctx_dest[keep]), context[keep].to(out.dtype))
+    return out
+
+
+def realign(spliced: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Gather ``spliced (B, L, ...)`` at ``index (B, T)`` -> ``(B, T, ...)``."""
+    expanded = index.reshape(*index.shape, *([1] * (spliced.dim() - 2)))
+    return spliced.gather(1, expanded.expand(*index.shape, *spliced.shape[2:]))
+
+
+def pad_context_ids(
+    context_ids: Sequence[Sequence[int]], pad_id: int = 0, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad per-row token lists -> ``ids (B, C)`` long, ``mask (B, C)`` bool."""
+    width = max((len(ids) for ids in context_ids), default=0)
+    ids = torch.full((len(context_ids), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(context_ids), width), dtype=torch.bool, device=device)
+    for row, row_ids in enumerate(context_ids):
+        ids[row, : len(row_ids)] = torch.tensor(list(row_ids), dtype=torch.long, device=device)
+        mask[row, : len(row_ids)] = True
+    return ids, mask
+
+
+def insert_text_context(
+    batch: TokenBatch, context_ids: Sequence[Sequence[int]], pad_id: int = 0
+) -> tuple[TokenBatch, torch.Tensor]:
+    """Splice text context ids into a batch; returns ``(spliced batch, pred_index (B, T))``.
+
+    The spliced batch is compacted and right-padded; its ``prompt_lens`` include the context
+    and its ``action_mask`` is False on context. Run any forward on it, then
+    ``realign(logits, pred_index)`` gives ``(B, T, V)`` aligned with the *original* batch.
+    ``teacher_logits(..., context=ids)`` does all of this internally (same code path).
+    """
+    ids, mask = pad_context_ids(context_ids, pad_id, batch.input_ids.device)
+    plan = plan_splice(batch.attention_mask, batch.prompt_lens, mask)
+    spliced = TokenBatch(
+        input_ids=apply_splice(plan, batch.input_ids, ids, fill=pad_id),
+        attention_mask=plan.attention_mask,
+        action_mask=apply_splice(plan, batch.action_mask.bool(), None, fill=False),
+        prompt_lens=batch.prompt_lens.to(ids.device).minimum(batch.attention_mask.sum(1))
+        + plan.n_context,
+    )
+    return spliced, plan.pred_index
+
+
+def select_positions(batch: TokenBatch, positions: Positions) -> torch.Tensor | None:
+    """``(B, T)`` bool of logit positions to compute, or None for all of them."""
+    if isinstance(positions, torch.Tensor):
+        selected = positions.bool()
+        if selected.shape[1] == batch.input_ids.shape[1] - 1:  # target-aligned (B, T-1)
+            selected = torch.cat([selected, selected.new_zeros(selected.shape[0], 1)], dim=1)
+        return selected
+    if positions == "all":
+        return None
+    if positions == "supervised":
+        mask = batch.target_mask.bool()
+        return torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1)
+    raise ValueError(f"positions must be 'all', 'supervised' or a bool tensor, got {positions!r}")
+
+
+def supervised_targets(batch: TokenBatch, positions: Positions = "supervised") -> torch.Tensor:
+    """The tokens predicted at the selected positions: ``(N,)`` long, row-major."""
+    selected = select_positions(batch, positions)
+    next_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, -1:]], dim=1)
+    return next_ids if selected is None else next_ids[selected]
+
+
+def lm_head(model, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits from final hidden states ``(..., d) -> (..., V)`` (soft-capping if configured)."""
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def decoder_hidden_states(
+    model,
+    inputs_embeds: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Final hidden states ``(B, L, d)`` of the decoder body (no LM head, no cache)."""
+    out = model.get_decoder()(
+        inputs_embeds=inputs_embeds,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+    )
+    return out.last_hidden_state
+
+
+def forward_aligned(
+    model,
+    batch: TokenBatch,
+    context: torch.Tensor | None = None,
+    context_mask: torch.Tensor | None = None,
+    positions: Positions = "all",
+    return_hidden: bool = False,
+) -> torch.Tensor:
+    """One forward of ``model`` as it stands (adapters as they are), context spliced in.
+
+    ``context``: None, ``(B, C, d)`` float (latent) or ``(B, C)`` long (text ids);
+    ``context_mask (B, C)`` bool (default: all slots real). Returns ``(B, T, V|d)`` for
+    ``positions="all"`` or ``(N, V|d)`` otherwise (see module docstring).
+    """
+    ids = batch.input_ids
+    embed = model.get_input_embeddings()
+    if context is not None and context_mask is None:
+        context_mask = torch.ones(context.shape[:2], dtype=torch.bool, device=ids.device)
+    if context is not None and not torch.is_floating_point(context):
+        context = embed(context.to(ids.device))  # text ids -> (B, C, d)
+    plan = plan_splice(batch.attention_mask, batch.prompt_lens, context_mask)
+    inputs = apply_splice(plan, embed(ids), context)  # (B, L, d)
+    hidden = decoder_hidden_states(model, inputs, plan.attention_mask, plan.position_ids)
+    selected = select_positions(batch, positions)
+    if selected is None:
+        hidden = realign(hidden, plan.pred_index)  # (B, T, d)
+    else:
+        rows, cols = selected.nonzero(as_tuple=True)
+        hidden = hidden[rows, plan.pred_index[rows, cols]]  # (N, d)
+    return hidden if return_hidden else lm_head(model, hidden)
+
+
+def student_logits(
+    model, batch: TokenBatch, positions: Positions = "all", return_hidden: bool = False
+) -> torch.Tensor:
+    """The student's logits (its active adapter, no context): ``(B, T, V)`` or ``(N, V)``."""
+    return forward_aligned(model, batch, None, None, positions, return_hidden)
+
+
+def _teacher_scope(model, teacher_model):
+    """The module to run as the teacher and the context that makes it the initial weights."""
+    target = teacher_model if teacher_model is not None else model
+    disable = getattr(target, "disable_adapter", None)
+    if callable(disable) and hasattr(target, "peft_config"):
+        return target, disable()
+    return target, contextlib.nullcontext()
+
+
+def teacher_logits(
+    model,
+    batch: TokenBatch,
+    context: torch.Tensor | None = None,
+    context_mask: torch.Tensor | None = None,
+    positions: Positions = "all",
+    *,
+    teacher_model=None,
+    return_hidden: bool = False,
+) -> torch.Tensor:
+    """Teacher logits (eq. 8) aligned with the student's positions of ``batch.input_ids``.
+
+    Runs ``teacher_model`` if given (frozen copy for a fully fine-tuned student), else
+    ``model``; a PeftModel runs with all adapters disabled (the initial weights). A plain model
+    without adapters is taken to be the frozen teacher itself. Shapes as ``forward_aligned``.
+    """
+    target, scope = _teacher_scope(model, teacher_model)
+    differentiable = (
+        context is not None and torch.is_floating_point(context) and context.requires_grad
+    )
+    with scope, torch.set_grad_enabled(torch.is_grad_enabled() and differentiable):
+        return forward_aligned(target, batch, context, context_mask, positions, return_hidden)

@@ -1,0 +1,31 @@
+"""Shared test settings: one torch thread (the machine has 2 cores), cached tiny model."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    import torch
+
+    torch.set_num_threads(1)
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(model, tokenizer) of the tiny random Llama with the SmolLM2 tokenizer."""
+    from lopd.models import load_model
+
+    return load_model("tiny-random")
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from lopd.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")

@@ -1,0 +1,199 @@
+"""Teacher/student forwards with spliced context (lopd.teacher) on the tiny random model."""
+
+import copy
+
+import pytest
+import torch
+
+from lopd.batch import TokenBatch
+from lopd.composer import Composer, ComposerConfig
+from lopd.models import LoraSpec, add_adapter, freeze, load_model
+from lopd.teacher import (
+    insert_text_context,
+    plan_splice,
+    realign,
+    select_positions,
+    student_logits,
+    supervised_targets,
+    teacher_logits,
+)
+
+ATOL = 2e-5
+
+
+@pytest.fixture(scope="module")
+def peft_model():
+    """A fresh tiny model (not the shared fixture: PEFT edits it in place) + student adapter
+    whose B matrices are non-zero, so "adapters disabled" is observable."""
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-random")
+    model = add_adapter(model, "student", LoraSpec(r=4))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B.student" in name:
+                param.normal_(0, 0.05)
+    return model, tokenizer
+
+
+def make_batch(rows, prompt_lens, left_pad=False, pad_id=2):
+    """TokenBatch from lists of ids; the last half of every row is marked as action."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    action = torch.zeros((len(rows), width), dtype=torch.bool)
+    for b, row in enumerate(rows):
+        cols = slice(width - len(row), width) if left_pad else slice(0, len(row))
+        ids[b, cols] = torch.tensor(row)
+        attention[b, cols] = 1
+        mask = torch.zeros(len(row), dtype=torch.bool)
+        mask[prompt_lens[b]:] = True
+        action[b, cols] = mask
+    return TokenBatch(ids, attention, action, torch.tensor(prompt_lens))
+
+
+def random_rows(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(10, 5000, (n,), generator=gen).tolist() for n in lengths]
+
+
+def real_rows(logits, batch):
+    """Per-row logits at the real positions only (drops padding wherever it is)."""
+    return [logits[b][batch.attention_mask[b].bool()] for b in range(logits.shape[0])]
+
+
+def test_no_context_teacher_is_base_model_and_student_is_adapter(peft_model):
+    model, _ = peft_model
+    batch = make_batch(random_rows([9, 6]), [3, 2])
+    with torch.no_grad():
+        student_ref = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        with model.disable_adapter():
+            base_ref = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        teacher = teacher_logits(model, batch)
+        student = student_logits(model, batch)
+    assert (student_ref - base_ref).abs().max() > 1e-3  # the adapter matters
+    for got, ref in ((teacher, base_ref), (student, student_ref)):
+        for g, r in zip(real_rows(got, batch), real_rows(ref, batch)):
+            torch.testing.assert_close(g, r, atol=ATOL, rtol=0)
+
+
+def test_teacher_model_argument_runs_the_frozen_copy(peft_model):
+    model, _ = peft_model
+    with model.disable_adapter():
+        frozen = freeze(copy.deepcopy(model.get_base_model()))
+    batch = make_batch(random_rows([7]), [3])
+    with torch.no_grad():
+        ref = frozen(input_ids=batch.input_ids).logits
+        got = teacher_logits(model, batch, teacher_model=frozen)
+    torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+
+
+def test_supervised_positions_match_full_logits(peft_model):
+    model, _ = peft_model
+    batch = make_batch(random_rows([9, 6]), [3, 2])
+    context = torch.randn(2, 3, model.config.hidden_size) * 0.1
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    with torch.no_grad():
+        full = teacher_logits(model, batch, context, mask)  # (B, T, V)
+        picked = teacher_logits(model, batch, context, mask, positions="supervised")  # (N, V)
+        hidden = teacher_logits(model, batch, context, mask, "supervised", return_hidden=True)
+    selected = select_positions(batch, "supervised")
+    assert picked.shape == (int(batch.target_mask.sum()), full.shape[-1])
+    assert hidden.shape == (picked.shape[0], model.config.hidden_size)
+    torch.testing.assert_close(picked, full[selected], atol=ATOL, rtol=0)
+    torch.testing.assert_close(supervised_targets(batch), batch.targets[batch.target_mask])
+
+
+def test_latent_context_is_causal(peft_model):
+    """Context inserted after the prompt (p tokens) changes only logits[:, i] for i >= p - 1:
+    earlier positions cannot see it; position p - 1 predicts token p from behind the context."""
+    model, _ = peft_model
+    p = 4
+    batch = make_batch(random_rows([10]), [p])
+    d = model.config.hidden_size
+    first, second = torch.randn(1, 2, d) * 0.2, torch.randn(1, 2, d) * 0.2
+    second[:, 0] = first[:, 0]  # differ only in the second latent
+    with torch.no_grad():
+        none = teacher_logits(model, batch)
+        one = teacher_logits(model, batch, first)
+        two = teacher_logits(model, batch, second)
+    torch.testing.assert_close(one[:, : p - 1], none[:, : p - 1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(two[:, : p - 1], one[:, : p - 1], atol=ATOL, rtol=0)
+    assert ((one - none).abs().amax(-1)[0, p - 1 :] > 1e-4).all()
+    assert ((two - one).abs().amax(-1)[0, p - 1 :] > 1e-4).all()
+
+
+@pytest.mark.parametrize("left_pad", [False, True])
+def test_padding_and_prompt_lengths_match_rows_run_alone(peft_model, left_pad):
+    model, _ = peft_model
+    lengths, prompts = [11, 6, 8], [4, 2, 5]
+    rows = random_rows(lengths, seed=1)
+    d = model.config.hidden_size
+    context = torch.randn(3, 3, d) * 0.2
+    mask = torch.tensor([[True, True, True], [True, False, True], [False, False, False]])
+    batch = make_batch(rows, prompts, left_pad=left_pad)
+    with torch.no_grad():
+        together = real_rows(teacher_logits(model, batch, context, mask), batch)
+        for b, row in enumerate(rows):
+            alone_batch = make_batch([row], [prompts[b]])
+            keep = mask[b]
+            alone = teacher_logits(model, alone_batch, context[b : b + 1, keep])
+            torch.testing.assert_close(together[b], alone[0], atol=ATOL, rtol=0)
+
+
+def test_text_and_latent_paths_agree(peft_model):
+    model, _ = peft_model
+    rows, prompts = random_rows([9, 7], seed=2), [3, 5]
+    batch = make_batch(rows, prompts)
+    text = [[101, 102, 103, 104], [105, 106]]
+    ids = torch.tensor([[101, 102, 103, 104], [105, 106, 2, 2]])
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    with torch.no_grad():
+        latent = model.get_input_embeddings()(ids)
+        from_latent = teacher_logits(model, batch, latent, mask)
+        from_ids = teacher_logits(model, batch, ids, mask)
+        spliced, index = insert_text_context(batch, text, pad_id=2)
+        with model.disable_adapter():
+            plain = model(input_ids=spliced.input_ids, attention_mask=spliced.attention_mask).logits
+    torch.testing.assert_close(from_ids, from_latent, atol=ATOL, rtol=0)
+    for got, ref in zip(real_rows(realign(plain, index), batch), real_rows(from_ids, batch)):
+        torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+    # The spliced batch: context right after the prompt, never supervised.
+    assert spliced.input_ids[0].tolist()[:11] == rows[0][:3] + text[0] + rows[0][3:7]
+    assert spliced.prompt_lens.tolist() == [7, 7]
+    assert not spliced.action_mask[0, 3:7].any() and spliced.action_mask[0, 7:13].all()
+    assert int(spliced.action_mask.sum()) == int(batch.action_mask.sum())
+
+
+def test_splice_plan_positions_are_contiguous():
+    attention = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
+    plan = plan_splice(attention, torch.tensor([1, 2]), torch.tensor([[True, True], [True, False]]))
+    # row 0: real tokens at 2,3,4, prompt 1 -> [t2, c, c, t3, t4, pad, pad]
+    assert plan.dest[0].tolist() == [5, 6, 0, 3, 4]
+    assert plan.ctx_dest.tolist() == [[1, 2], [2, -1]]
+    assert plan.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0, 0]]
+    assert plan.pred_index[0, 2].item() == 2  # token 3 is predicted from the last latent
+    assert plan.pred_index[1, 1].item() == 2  # row 1: token 2 from its only latent
+
+
+def test_backbone_gets_no_gradient_composer_does(peft_model):
+    model, tokenizer = peft_model
+    composer = Composer(model, tokenizer, ComposerConfig(num_queries=4, n_layers=1,
+                                                         lora=LoraSpec(r=4)))
+    with torch.no_grad():  # non-zero B so psi's A matrices get gradient too
+        for param in composer.lora_parameters().values():
+            param.normal_(0, 0.02)
+    batch = make_batch(random_rows([9, 7], seed=3), [3, 4])
+    context, mask = composer.compose(["task a", "task b"], [["exp one", "exp two"], ["exp"]])
+    logits = teacher_logits(model, batch, context, mask, positions="supervised")
+    loss = torch.nn.functional.cross_entropy(logits, supervised_targets(batch))
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    psi = set(composer.lora_parameters().values())
+    for name, param in model.named_parameters():
+        if param in psi:
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+        else:
+            assert param.grad is None, name  # base weights and the student's adapter
+    for name, param in composer.compressor.named_parameters():
+        assert param.grad is not None, name
+    model.delete_adapter("composer")
