@@ -9,8 +9,8 @@ target-aligned tensors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -42,7 +42,7 @@ class TokenBatch:
         """(B, T-1) True where the predicted token is a supervised action token."""
         return self.action_mask[:, 1:]
 
-    def to(self, device: torch.device | str) -> "TokenBatch":
+    def to(self, device: torch.device | str) -> TokenBatch:
         return TokenBatch(*(t.to(device) for t in (
             self.input_ids, self.attention_mask, self.action_mask, self.prompt_lens)))
 

@@ -34,6 +34,7 @@ last layer's cross-attention averaged over heads.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ import torch
 from torch import nn
 
 from lopd.models import LoraSpec, add_adapter
-from lopd.teacher import decoder_hidden_states
+from lopd.teacher import adapters_disabled, decoder_hidden_states, is_peft, keep_requires_grad
 
 _WEIGHTS, _CONFIG = "composer.safetensors", "composer.json"
 
@@ -169,29 +170,21 @@ class Compressor(nn.Module):
 
 
 @contextmanager
-def use_adapter(model, adapter_name: str, trainable: list[nn.Parameter] | None = None):
+def use_adapter(model, adapter_name: str, trainable: Sequence[nn.Parameter] = ()):
     """Activate PEFT adapter ``adapter_name`` inside the block; restore the previous one after.
 
     PEFT's ``set_adapter`` flips ``requires_grad`` (active adapter on, others off); the flags
-    are restored to what they were, and the ``trainable`` parameters are left requiring grad,
-    so switching adapters never silently freezes the student or the composer.
+    are restored to what they were and ``trainable`` is kept requiring grad, so switching
+    adapters never silently freezes the student or the composer (``keep_requires_grad``).
     """
-    flags = [(p, p.requires_grad) for p in model.parameters()]
     previous = model.active_adapter
-
-    def restore():
-        for param, flag in flags:
-            param.requires_grad_(flag)
-        for param in trainable or ():
-            param.requires_grad_(True)
-
-    model.set_adapter(adapter_name)
-    restore()
-    try:
-        yield model
-    finally:
-        model.set_adapter(previous)
+    with keep_requires_grad(model, trainable) as restore:
+        model.set_adapter(adapter_name)
         restore()
+        try:
+            yield model
+        finally:
+            model.set_adapter(previous)
 
 
 @dataclass
@@ -220,10 +213,11 @@ class Composer(nn.Module):
         self.config = config = config or ComposerConfig()
         self.tokenizer = tokenizer
         if config.encoder_lora:
-            flags = [(p, p.requires_grad) for p in model.parameters()]
-            model = add_adapter(model, config.adapter_name, config.lora)
-            for param, flag in flags:  # PEFT may freeze the student's adapter: undo that
-                param.requires_grad_(flag)
+            if is_peft(model):  # keep the student's adapter trainable
+                with keep_requires_grad(model):
+                    add_adapter(model, config.adapter_name, config.lora)
+            else:  # wraps a plain model; PEFT freezes its weights
+                model = add_adapter(model, config.adapter_name, config.lora)
         self._model = [model]  # a list, so the backbone is not registered as a child
         embedding = model.get_input_embeddings().weight  # (V, d)
         target_norm = embedding.detach().float().norm(dim=-1).mean().item()
@@ -319,11 +313,10 @@ class Composer(nn.Module):
         model = self.model
         if self.config.encoder_lora:
             train_psi = self.compressor.queries.requires_grad
-            params = list(self.lora_parameters().values()) if train_psi else None
+            params = list(self.lora_parameters().values()) if train_psi else []
             return use_adapter(model, self.config.adapter_name, params)
         stack = ExitStack()
-        if hasattr(model, "peft_config"):
-            stack.enter_context(model.disable_adapter())
+        stack.enter_context(adapters_disabled(model))
         stack.enter_context(torch.no_grad())
         return stack
 

@@ -18,8 +18,9 @@ The ``GenerationBackend`` protocol is the seam for other engines (vLLM on GPUs):
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 

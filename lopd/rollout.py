@@ -16,8 +16,8 @@ tool-call errors, and whether the episode was cut by the context budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from lopd.chat import ChatRenderer
 from lopd.generation import GenerationBackend, SamplingParams

@@ -250,13 +250,43 @@ def student_logits(
     return forward_aligned(model, batch, None, None, positions, return_hidden)
 
 
-def _teacher_scope(model, teacher_model):
-    """The module to run as the teacher and the context that makes it the initial weights."""
-    target = teacher_model if teacher_model is not None else model
-    disable = getattr(target, "disable_adapter", None)
-    if callable(disable) and hasattr(target, "peft_config"):
-        return target, disable()
-    return target, contextlib.nullcontext()
+def is_peft(model) -> bool:
+    return hasattr(model, "peft_config") and callable(getattr(model, "disable_adapter", None))
+
+
+@contextlib.contextmanager
+def keep_requires_grad(model, trainable: Sequence[torch.nn.Parameter] = ()):
+    """Restore every parameter's ``requires_grad`` when the block is entered and left.
+
+    PEFT's ``set_adapter`` and ``disable_adapter`` flip the flags (they freeze every adapter but
+    the active one), which would silently stop gradients of the *other* adapter (the composer
+    while the teacher runs, the student while the composer encodes). Call PEFT inside this
+    block, then ``restore()`` (yielded) after it; ``trainable`` are kept requiring grad.
+    """
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+
+    def restore() -> None:
+        for param, flag in flags:
+            param.requires_grad_(flag)
+        for param in trainable:
+            param.requires_grad_(True)
+
+    try:
+        yield restore
+    finally:
+        restore()
+
+
+@contextlib.contextmanager
+def adapters_disabled(model):
+    """``model.disable_adapter()`` (the initial weights) without PEFT's requires_grad side
+    effects; a no-op for a model without adapters."""
+    if not is_peft(model):
+        yield model
+        return
+    with keep_requires_grad(model) as restore, model.disable_adapter():
+        restore()
+        yield model
 
 
 def teacher_logits(
@@ -275,9 +305,9 @@ def teacher_logits(
     ``model``; a PeftModel runs with all adapters disabled (the initial weights). A plain model
     without adapters is taken to be the frozen teacher itself. Shapes as ``forward_aligned``.
     """
-    target, scope = _teacher_scope(model, teacher_model)
+    target = teacher_model if teacher_model is not None else model
     differentiable = (
         context is not None and torch.is_floating_point(context) and context.requires_grad
     )
-    with scope, torch.set_grad_enabled(torch.is_grad_enabled() and differentiable):
+    with adapters_disabled(target), torch.set_grad_enabled(torch.is_grad_enabled() and differentiable):
         return forward_aligned(target, batch, context, context_mask, positions, return_hidden)

@@ -67,7 +67,7 @@ def test_embeddings_roundtrip_stats_and_rollback(tmp_path):
     with ExperienceBank(tmp_path / "b.sqlite") as bank:
         bank.add([exp(i, step=i, emb=i % 2 == 0, source="seed" if i < 2 else "rollout")
                   for i in range(6)])
-        ids, tasks, steps, emb = bank.embedded_rows()
+        ids, tasks, _, emb = bank.embedded_rows()
         assert ids.tolist() == [1, 3, 5] and tasks == ["t0", "t2", "t4"]
         np.testing.assert_array_equal(emb[1], exp(2, emb=True).embedding)
         assert [e.id for e in bank.missing_embeddings()] == [2, 4, 6]

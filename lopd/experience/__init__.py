@@ -21,7 +21,7 @@ _EXPORTS = {
     "bank_stats": "cli", "bank_query": "cli", "bank_export": "cli",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):

