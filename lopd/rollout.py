@@ -37,6 +37,7 @@ class RolloutConfig:
     temperature: float = 1.0
     """0 = greedy decoding (evaluation); > 0 samples (training)."""
     top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
 
 
 @dataclass

@@ -309,5 +309,11 @@ def teacher_logits(
     differentiable = (
         context is not None and torch.is_floating_point(context) and context.requires_grad
     )
-    with adapters_disabled(target), torch.set_grad_enabled(torch.is_grad_enabled() and differentiable):
+    if differentiable and any(
+        p.requires_grad for n, p in target.named_parameters() if "lora_" not in n
+    ):
+        raise ValueError("the teacher has trainable weights: freeze it (lopd.models.freeze) or "
+                         "pass a frozen copy as teacher_model")
+    grad = torch.is_grad_enabled() and differentiable
+    with adapters_disabled(target), torch.set_grad_enabled(grad):
         return forward_aligned(target, batch, context, context_mask, positions, return_hidden)

@@ -122,37 +122,46 @@ def test_persistence_across_processes(tmp_path):
 
 
 def test_sigkill_mid_batch_keeps_committed_rows(tmp_path):
+    """Kill the writer inside an open write transaction: all rows of the batch are inserted
+    (a tiny page cache makes SQLite spill pages to the WAL early) but COMMIT has not run."""
     path = tmp_path / "bank.sqlite"
     batch = 2000
     child = run_py(f"""
-        import sys
+        import sys, time
         from lopd.experience.bank import Experience, ExperienceBank
-        bank = ExperienceBank(sys.argv[1])
-        for b in range(1000):
-            print("begin", b, flush=True)
+
+        class Stalling(ExperienceBank):
+            stall = False
+
+            def _evict(self, conn):  # runs inside add's transaction, after the inserts
+                if self.stall:
+                    print("inside", flush=True)
+                    time.sleep(60)
+                return []
+
+        bank = Stalling(sys.argv[1], capacity=10**9)
+        bank._conn.execute("PRAGMA cache_size=20")
+        for b in range(4):
+            bank.stall = b == 3
             bank.add([Experience(f"t{{b}}-{{i}}", "d", "x" * 200, "trace " * 100)
                       for i in range({batch})])
             print("done", b, bank.count(), flush=True)
     """, str(path))
     committed = 0
     for line in child.stdout:
-        parts = line.split()
-        if parts[0] == "done":
-            committed = int(parts[2])
-        elif parts[0] == "begin" and int(parts[1]) >= 3:
-            time.sleep(0.01)  # inside the next add's transaction
+        if line.startswith("done"):
+            committed = int(line.split()[2])
+        elif line.startswith("inside"):
             break
     os.kill(child.pid, signal.SIGKILL)
     child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
-    assert committed >= 3 * batch
+    assert child.returncode == -signal.SIGKILL and committed == 3 * batch
     with ExperienceBank(path) as bank:
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        n = bank.count()
-        assert n >= committed and n % batch == 0  # whole batches only
-        assert len(bank.all(with_embeddings=False)) == n
-        assert bank.add([exp(1)]) == [n + 1]  # still writable
+        assert bank.count() == committed  # every committed row, nothing of the killed batch
+        assert len(bank.all(with_embeddings=False)) == committed
+        assert bank.add([exp(1)]) == [committed + 1]  # still writable, ids continue
 
 
 def test_reader_queries_while_writer_appends(tmp_path):

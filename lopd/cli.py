@@ -1,0 +1,180 @@
+"""The `lopd` command. Subcommands import their heavy modules lazily so `--help` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lopd import __version__
+
+_EPILOG = """\
+examples:
+  lopd demo                                  the whole pipeline on SmolLM2-135M (runs/demo/)
+  lopd train --method lopd --config configs/toolworld-smollm2.yaml optim.steps=40
+  lopd eval --model smollm2-135m --suite toolworld-test,bfcl-multi-turn,humaneval
+  lopd bank stats --run runs/demo
+  lopd inspect --run runs/demo --task tw-test-banking-3
+  lopd info
+"""
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from lopd.info import report
+
+    print(report())
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from lopd.config import ConfigError, describe, load_config
+
+    if args.help_config:
+        print(describe())
+        return 0
+    overrides = list(args.overrides)
+    if args.method:
+        overrides.append(f"method.name={args.method}")
+    if args.out:
+        overrides.append(f"run.out_dir={args.out}")
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    from lopd.trainer import train
+
+    train(config, resume=args.resume)
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from lopd.evaluate import run_eval
+
+    run_eval(model=args.model, suites=args.suite.split(","), limit=args.limit, out_dir=args.out,
+             adapter=args.adapter, threads=args.threads, dtype=args.dtype,
+             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    return 0
+
+
+def _cmd_bank(args: argparse.Namespace) -> int:
+    from lopd.experience import cli as bank_cli
+
+    if args.action == "stats":
+        print(bank_cli.bank_stats(args.run))
+    elif args.action == "query":
+        if not args.text:
+            print("bank query needs --text", file=sys.stderr)
+            return 2
+        print(bank_cli.bank_query(args.run, args.text, args.j))
+    else:
+        bank_cli.bank_export(args.run, args.out or f"{args.run}/bank.jsonl")
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from lopd.inspect_run import inspect_run
+
+    inspect_run(args.run, args.task, args.out)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from lopd.demo import run_demo
+
+    run_demo(out_dir=args.out, quick=args.quick)
+    return 0
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from lopd.sft import run_sft
+
+    run_sft(model=args.model, suite=args.suite, out_dir=args.out, steps=args.steps,
+            threads=args.threads)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from lopd.checkpoint import export_student
+
+    print(export_student(args.run, args.out, merge=args.merge))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lopd", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
+        description="Latent On-Policy Self-Distillation for LLM agents, with GRPO, SDFT, OPSD, "
+                    "SDPO and Skill-SD in the same loop.")
+    parser.add_argument("--version", action="version", version=f"lopd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="vanilla eval -> bank -> cold start -> LOPD -> eval -> report")
+    demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    demo.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
+    demo.set_defaults(func=_cmd_demo)
+
+    train = sub.add_parser("train", help="train with LOPD or a baseline",
+                           description="Train a student. Overrides: section.field=value "
+                                       "(see --help-config).")
+    train.add_argument("--method", choices=["lopd", "grpo", "sdft", "opsd", "sdpo", "skill-sd"])
+    train.add_argument("--config", help="YAML config (see configs/)")
+    train.add_argument("--out", help="run directory (run.out_dir)")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--help-config", action="store_true", help="list every config field")
+    train.add_argument("overrides", nargs="*", metavar="section.field=value")
+    train.set_defaults(func=_cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a model on task suites (JSON + markdown report)")
+    ev.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
+    ev.add_argument("--adapter", default="", help="PEFT adapter directory of a trained student")
+    ev.add_argument("--suite", default="toolworld-test",
+                    help="comma-separated: toolworld-test, toolworld-transfer, bfcl-multi-turn, "
+                         "humaneval, code-train, ...")
+    ev.add_argument("--limit", type=int, default=0, help="tasks per suite (0 = all)")
+    ev.add_argument("--out", default="runs/eval", help="where eval.json and eval.md go")
+    ev.add_argument("--threads", type=int, default=2)
+    ev.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "bf16-autocast"])
+    ev.add_argument("--max-new-tokens", type=int, default=192)
+    ev.add_argument("--batch-size", type=int, default=32, help="episodes generated together")
+    ev.set_defaults(func=_cmd_eval)
+
+    bank = sub.add_parser("bank", help="look into a run's experience bank")
+    bank.add_argument("action", choices=["stats", "query", "export"])
+    bank.add_argument("--run", required=True, help="run directory")
+    bank.add_argument("--text", help="query text (for query)")
+    bank.add_argument("-j", type=int, default=3, help="neighbours to show (for query)")
+    bank.add_argument("--out", help="export path (default RUN/bank.jsonl)")
+    bank.set_defaults(func=_cmd_bank)
+
+    ins = sub.add_parser("inspect", help="what the composer reads and how the teacher reacts")
+    ins.add_argument("--run", required=True, help="run directory")
+    ins.add_argument("--task", required=True, help="task id")
+    ins.add_argument("--out", default="", help="output directory (default RUN/inspect/TASK)")
+    ins.set_defaults(func=_cmd_inspect)
+
+    sft = sub.add_parser("sft", help="supervised warm start on reference trajectories")
+    sft.add_argument("--model", default="smollm2-135m")
+    sft.add_argument("--suite", default="toolworld-train")
+    sft.add_argument("--out", default="runs/sft")
+    sft.add_argument("--steps", type=int, default=60)
+    sft.add_argument("--threads", type=int, default=2)
+    sft.set_defaults(func=_cmd_sft)
+
+    export = sub.add_parser("export", help="write the trained student as an HF/PEFT directory")
+    export.add_argument("--run", required=True, help="run directory")
+    export.add_argument("--out", required=True, help="output directory")
+    export.add_argument("--merge", action="store_true", help="merge LoRA into a full HF model")
+    export.set_defaults(func=_cmd_export)
+
+    info = sub.add_parser("info", help="versions, threads, dtype support, cache, bundled assets")
+    info.set_defaults(func=_cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

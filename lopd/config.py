@@ -1,0 +1,266 @@
+"""Typed run configuration: one dataclass per concern, YAML in, CLI overrides, fail-fast checks.
+
+Every field carries a docstring (the string literal under it); ``lopd train --help-config``
+prints them. A config is loaded from YAML (``load_config``), then ``section.field=value``
+overrides are applied (values parsed as YAML scalars), then ``validate`` rejects bad values
+with the field named. The resolved config is written to every run directory.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lopd.rollout import RolloutConfig
+
+METHODS = ("lopd", "grpo", "sdft", "opsd", "sdpo", "skill-sd")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m"
+    """Backbone: smollm2-135m (embedded default), tiny-random (tests) or a local HF directory."""
+    dtype: str = "bf16-autocast"
+    """fp32 | bf16 (bf16 weights) | bf16-autocast (fp32 weights, bf16 matmuls)."""
+    student: str = "lora"
+    """lora: the student is a LoRA adapter on the frozen base (the base is the teacher);
+    full: full fine-tuning with a separate frozen teacher copy."""
+    lora_r: int = 16
+    """LoRA rank of the student adapter."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator of the student adapter."""
+    init_adapter: str = ""
+    """Optional PEFT adapter directory to start the student from (e.g. the `lopd sft` output)."""
+
+
+@dataclass
+class DataConfig:
+    train_suite: str = "toolworld-train"
+    """Task suite sampled for training (see `lopd.envs.load_suite`)."""
+    eval_suite: str = "toolworld-test"
+    """Held-out suite for periodic evaluation."""
+    eval_tasks: int = 32
+    """Tasks of the eval suite used by periodic evaluation (0 = all)."""
+    max_train_tasks: int = 0
+    """Cap on the training pool (0 = the whole suite)."""
+
+
+@dataclass
+class MethodConfig:
+    name: str = "lopd"
+    """lopd | grpo | sdft | opsd | sdpo | skill-sd."""
+    top_m: int = 20
+    """M: teacher top-M tokens plus one tail bucket in the distillation loss (eq. 9)."""
+    num_experiences: int = 3
+    """J: experiences retrieved per task."""
+    latent_tokens: int = 32
+    """K: latent tokens per experience (J*K enter the teacher)."""
+    composer_layers: int = 2
+    """Layers of the QFormer-style compressor."""
+    composer_lora_r: int = 8
+    """LoRA rank of the composer's encoder adapter (psi)."""
+    margin: float = 0.05
+    """m: privileged margin the dual variable enforces (eq. 13)."""
+    beta_init: float = 0.0
+    """Initial dual variable beta."""
+    beta_lr: float = 0.5
+    """eta_beta: dual ascent step size."""
+    anchor_weight: float = 0.01
+    """lambda: weight of ||c_phi - sg(c_phi0)||^2."""
+    freeze_composer: bool = False
+    """Ablation: keep phi fixed at phi_0 after the cold start."""
+    seed_experiences: int = 200
+    """The bank starts with the reference solutions of this many training tasks (source=seed)."""
+    cold_start_steps: int = 30
+    """Composer cold-start steps on successful trajectories before joint training."""
+    jsd_beta: float = 0.5
+    """Mixing coefficient of the generalised JSD (SDFT, OPSD, SDPO)."""
+    clip_eps: float = 0.2
+    """GRPO ratio clip."""
+    experience_chars: int = 600
+    """Experience text is cut to this many characters before encoding or text injection."""
+
+
+@dataclass
+class OptimConfig:
+    steps: int = 20
+    """Training steps (each: sample tasks, roll out, update)."""
+    tasks_per_step: int = 4
+    """Tasks sampled per step."""
+    group_size: int = 4
+    """G: rollouts per task."""
+    student_lr: float = 1e-4
+    """Learning rate of the student."""
+    composer_lr: float = 1e-4
+    """Learning rate of the composer (phi)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (both groups)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (0 = off)."""
+    micro_batch: int = 4
+    """Trajectories per forward/backward (gradient accumulation over the step's batch)."""
+
+
+@dataclass
+class RunConfig:
+    out_dir: str = "runs/default"
+    """Run directory: config, metrics, checkpoints, bank, reports."""
+    seed: int = 0
+    """Seed for task sampling, rollouts and initialisation."""
+    threads: int = 2
+    """torch CPU threads (oversubscription slows steps sharply; see DESIGN.md)."""
+    eval_every: int = 0
+    """Evaluate on the held-out suite every N steps (0 = only at the end)."""
+    checkpoint_every: int = 5
+    """Checkpoint every N steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """Keep the last N checkpoints."""
+    tensorboard: bool = True
+    """Also write metrics as TensorBoard events."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(value: Any, current: Any, name: str) -> Any:
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if isinstance(current, int) and not isinstance(current, bool):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if isinstance(current, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if isinstance(current, str):
+        return str(value)
+    return value
+
+
+def apply(config: Config, values: dict[str, Any], prefix: str = "") -> Config:
+    """Set nested values ``{"section": {"field": v}}`` on ``config``; unknown keys are errors."""
+    for section_name, section_values in values.items():
+        section = getattr(config, section_name, None)
+        if section is None or not dataclasses.is_dataclass(section):
+            raise ConfigError(f"unknown config section '{prefix}{section_name}' "
+                              f"(sections: {', '.join(f.name for f in dataclasses.fields(config))})")
+        if not isinstance(section_values, dict):
+            raise ConfigError(f"config section '{section_name}' must be a mapping")
+        known = {f.name for f in dataclasses.fields(section)}
+        for key, value in section_values.items():
+            if key not in known:
+                raise ConfigError(f"unknown field '{section_name}.{key}' (fields: {', '.join(sorted(known))})")
+            full = f"{section_name}.{key}"
+            setattr(section, key, _coerce(value, getattr(section, key), full))
+    return config
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["optim.steps=4", "method.name=grpo"]`` -> nested dict (values parsed as YAML)."""
+    nested: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ConfigError(f"override {item!r} must look like section.field=value")
+        key, raw = item.split("=", 1)
+        section, name = key.split(".", 1)
+        nested.setdefault(section, {})[name] = yaml.safe_load(raw) if raw else ""
+    return nested
+
+
+def validate(config: Config) -> Config:
+    """Reject values that cannot work, naming the field."""
+    checks = [
+        (config.method.name in METHODS, "method.name", f"one of {', '.join(METHODS)}"),
+        (config.model.dtype in ("fp32", "bf16", "bf16-autocast"), "model.dtype", "fp32, bf16 or bf16-autocast"),
+        (config.model.student in ("lora", "full"), "model.student", "lora or full"),
+        (config.model.lora_r > 0, "model.lora_r", "> 0"),
+        (config.method.top_m >= 1, "method.top_m", ">= 1"),
+        (config.method.num_experiences >= 1, "method.num_experiences", ">= 1"),
+        (config.method.latent_tokens >= 1, "method.latent_tokens", ">= 1"),
+        (config.method.margin >= 0, "method.margin", ">= 0"),
+        (config.method.beta_lr >= 0, "method.beta_lr", ">= 0"),
+        (config.method.anchor_weight >= 0, "method.anchor_weight", ">= 0"),
+        (0 <= config.method.jsd_beta <= 1, "method.jsd_beta", "in [0, 1]"),
+        (config.optim.steps >= 0, "optim.steps", ">= 0"),
+        (config.optim.tasks_per_step >= 1, "optim.tasks_per_step", ">= 1"),
+        (config.optim.group_size >= 1, "optim.group_size", ">= 1"),
+        (config.optim.group_size >= 2 or config.method.name != "grpo", "optim.group_size",
+         ">= 2 for grpo (advantages are group-normalised)"),
+        (config.optim.student_lr > 0, "optim.student_lr", "> 0"),
+        (config.optim.micro_batch >= 1, "optim.micro_batch", ">= 1"),
+        (config.rollout.max_steps >= 1, "rollout.max_steps", ">= 1"),
+        (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", ">= 1"),
+        (config.rollout.temperature >= 0, "rollout.temperature", ">= 0"),
+        (0 < config.rollout.top_p <= 1, "rollout.top_p", "in (0, 1]"),
+        (config.run.threads >= 1, "run.threads", ">= 1"),
+        (config.run.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1"),
+    ]
+    for ok, name, expected in checks:
+        if not ok:
+            section, key = name.split(".")
+            raise ConfigError(f"{name} must be {expected}, got {getattr(getattr(config, section), key)!r}")
+    return config
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- YAML file <- overrides, validated."""
+    config = Config()
+    if path:
+        values = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        apply(config, values)
+    apply(config, parse_overrides(overrides or []))
+    return validate(config)
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def field_docs(section_type: type) -> dict[str, str]:
+    """Field docstrings of a config dataclass (the string literal under each field)."""
+    tree = ast.parse(inspect.getsource(section_type))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+            if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+                docs[node.target.id] = " ".join(following.value.value.split())  # type: ignore[union-attr]
+    return docs
+
+
+def describe() -> str:
+    """Every field with its default and docstring, for `--help-config`."""
+    lines = []
+    for section in dataclasses.fields(Config):
+        section_type = section.default_factory  # type: ignore[misc]
+        docs = field_docs(section_type)
+        lines.append(f"[{section.name}]")
+        for f in dataclasses.fields(section_type):
+            default = getattr(section_type(), f.name)
+            lines.append(f"  {section.name}.{f.name} = {default!r}\n      {docs.get(f.name, '')}")
+    return "\n".join(lines)

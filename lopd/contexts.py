@@ -1,0 +1,129 @@
+"""Privileged-context providers: what each method shows its teacher (DESIGN.md §2).
+
+Every method shares the rollouts, masks and teacher; they differ only here and in the
+divergence (``lopd.methods``). A provider turns one step's trajectories into a ``StepContext``:
+
+- ``latent`` (LOPD): J retrieved experiences per task, composed into J*K latent vectors once per
+  task and shared by the task's rollouts (``Composer`` + ``Retriever``).
+- text (baselines), inserted at the same point as a user message:
+  - SDFT: a demonstration — the task's reference trajectory, condensed (``reference``);
+  - OPSD: the oracle answer — the task's reference solution verbatim;
+  - SDPO: a successful sibling rollout of the same group, condensed, plus the environment's
+    feedback on this rollout; a group without a success gives no signal (as in SDPO);
+  - Skill-SD: skills the model itself summarised from successful trajectories, kept in a
+    library (its own SQLite bank) and retrieved by task similarity.
+
+Simplifications: SDPO's feedback is the outcome (reward, tool errors) rather than free-form
+critique; Skill-SD summarises each successful task once with a greedy 48-token generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from lopd.chat import ChatRenderer
+from lopd.experience.condense import condense_trajectory
+from lopd.types import Trajectory
+
+
+@dataclass
+class StepContext:
+    """Privileged context for one step's trajectories (B rows).
+
+    task_latent  (n_tasks, C, d) composed latent context per task, or None
+    task_mask    (n_tasks, C) bool, real latent slots
+    row_task     (B,) long: the task (row of task_latent) of every trajectory
+    text_ids     per-row token ids of a text block, or None
+    active       (B,) bool: rows that receive a distillation signal
+    texts        the experience texts each task saw (for logs and the inspector)
+    task_prompts the prompt of each task (row of task_latent)
+    """
+
+    active: torch.Tensor
+    task_latent: torch.Tensor | None = None
+    task_mask: torch.Tensor | None = None
+    row_task: torch.Tensor | None = None
+    text_ids: list[list[int]] | None = None
+    texts: list[list[str]] = field(default_factory=list)
+    task_prompts: list[str] = field(default_factory=list)
+
+
+def _as_user_block(renderer: ChatRenderer, title: str, body: str) -> list[int]:
+    ids, _ = renderer.render_message({"role": "user", "content": f"{title}\n{body}"})
+    return ids
+
+
+def _clip(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + " ..."
+
+
+def text_context(method: str, trajs: Sequence[Trajectory], renderer: ChatRenderer,
+                 chars: int, demos: dict[str, str] | None = None,
+                 skills: list[list[str]] | None = None) -> StepContext:
+    """Text blocks for sdft / opsd / sdpo / skill-sd (see the module docstring)."""
+    blocks: list[str | None] = []
+    for row, traj in enumerate(trajs):
+        if method == "opsd":
+            blocks.append(f"The reference solution:\n{traj.task.reference}" if traj.task.reference else None)
+        elif method == "sdft":
+            demo = (demos or {}).get(traj.task.id)
+            blocks.append(f"A demonstration of this task:\n{demo}" if demo else None)
+        elif method == "sdpo":
+            blocks.append(_sibling_feedback(traj, trajs))
+        elif method == "skill-sd":
+            found = skills[row] if skills else []
+            blocks.append("Useful skills:\n" + "\n".join(f"- {s}" for s in found) if found else None)
+        else:
+            raise ValueError(f"no text context for method {method!r}")
+    text_ids = [_as_user_block(renderer, "Privileged information:", _clip(b, chars)) if b else []
+                for b in blocks]
+    active = torch.tensor([b is not None for b in blocks], dtype=torch.bool)
+    return StepContext(active=active, text_ids=text_ids, texts=[[b] if b else [] for b in blocks])
+
+
+def _sibling_feedback(traj: Trajectory, trajs: Sequence[Trajectory]) -> str | None:
+    siblings = [t for t in trajs if t.group == traj.group and t.success and t is not traj]
+    if traj.success:
+        siblings = siblings or [traj]
+    if not siblings:
+        return None
+    best = max(siblings, key=lambda t: t.reward)
+    trace = condense_trajectory(best.messages, best.task.prompt)
+    feedback = (f"Feedback on your attempt: reward {traj.reward:.2f}, "
+                f"{int(traj.stats.get('tool_errors', 0))} tool errors.")
+    return f"A successful attempt at this task:\n{trace}\n{feedback}"
+
+
+class LatentContextProvider:
+    """LOPD: retrieve J experiences per task, compose J*K latent tokens, share per group."""
+
+    def __init__(self, composer, retriever, num_experiences: int, experience_chars: int):
+        self.composer = composer
+        self.retriever = retriever
+        self.j = num_experiences
+        self.chars = experience_chars
+
+    def retrieve_texts(self, tasks, step: int | None) -> list[list[str]]:
+        found = self.retriever.retrieve([(t.id, t.prompt) for t in tasks], j=self.j,
+                                        max_step=step)
+        return [[_clip(e.trace, self.chars) for e in row] for row in found]
+
+    def compose(self, tasks, texts: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.composer.compose([t.prompt for t in tasks], texts)
+
+    def __call__(self, trajs: Sequence[Trajectory], step: int) -> StepContext:
+        tasks, first_row = [], {}
+        for traj in trajs:
+            if traj.group not in first_row:
+                first_row[traj.group] = len(tasks)
+                tasks.append(traj.task)
+        texts = self.retrieve_texts(tasks, step)
+        task_latent, task_mask = self.compose(tasks, texts)
+        index = [first_row[t.group] for t in trajs]
+        active = torch.tensor([bool(texts[i]) for i in index], dtype=torch.bool)
+        return StepContext(active=active, task_latent=task_latent, task_mask=task_mask,
+                           row_task=torch.tensor(index, dtype=torch.long), texts=texts,
+                           task_prompts=[t.prompt for t in tasks])

@@ -1,0 +1,390 @@
+"""Everything a training run holds: model + student adapter, teacher, composer, bank, retriever,
+optimisers, rollout backend; and how they are saved and restored.
+
+The trainer (``lopd.trainer``) keeps the algorithm; this module keeps the objects. One base
+model is shared: the student is its ``default`` LoRA adapter, the composer's encoder its
+``composer`` adapter, the anchor composer phi_0 a frozen ``composer_anchor`` adapter, and the
+teacher is the base with adapters disabled. With ``model.student=full`` the student is the
+whole model and the teacher a separate frozen copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lopd.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from lopd.config import Config, save_config
+from lopd.contexts import LatentContextProvider, StepContext, text_context
+from lopd.types import Trajectory
+
+STUDENT = "default"
+
+
+@dataclass
+class Runtime:
+    config: Config
+    out: Path
+    model: Any
+    tokenizer: Any
+    renderer: Any
+    train_tasks: list
+    eval_tasks: list
+    teacher_model: Any = None
+    composer: Any = None
+    anchor_composer: Any = None
+    provider: Any = None
+    bank: Any = None
+    retriever: Any = None
+    skills: Any = None
+    demos: dict = field(default_factory=dict)
+    student_opt: Any = None
+    composer_opt: Any = None
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    # -- forward passes --------------------------------------------------------------------
+    def autocast(self):
+        from lopd.models import autocast_context
+
+        return autocast_context(self.config.model.dtype)
+
+    def student_parameters(self) -> list[torch.nn.Parameter]:
+        if self.config.model.student == "full":
+            return [p for p in self.model.parameters() if p.requires_grad]
+        return [p for n, p in self.model.named_parameters() if f".{STUDENT}." in n and "lora_" in n]
+
+    def student_logits(self, batch) -> torch.Tensor:
+        from lopd.teacher import student_logits
+
+        return student_logits(self.model, batch, positions="supervised")
+
+    def teacher_logits(self, batch, context: StepContext, rows: list[int], leaf) -> torch.Tensor:
+        from lopd.teacher import teacher_logits
+
+        latent = mask = None
+        if leaf is not None:
+            index = context.row_task[rows]
+            latent, mask = leaf.index_select(0, index), context.task_mask.index_select(0, index)
+        elif context.text_ids is not None:
+            ids = [context.text_ids[r] for r in rows]
+            if any(ids):
+                latent, mask = self._pad_text(ids)
+        return teacher_logits(self.model, batch, latent, mask, positions="supervised",
+                              teacher_model=self.teacher_model)
+
+    def _pad_text(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(x) for x in ids)
+        tensor = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.bool)
+        for row, row_ids in enumerate(ids):
+            tensor[row, :len(row_ids)] = torch.tensor(row_ids, dtype=torch.long)
+            mask[row, :len(row_ids)] = True
+        return tensor, mask
+
+    # -- rollouts, bank, context ---------------------------------------------------------------
+    def rollout(self, tasks, step: int) -> list[Trajectory]:
+        from lopd.envs import make_env
+        from lopd.generation import HFBackend
+        from lopd.rollout import make_group_envs, run_episodes
+
+        cfg = self.config
+        envs, groups = make_group_envs(tasks, cfg.optim.group_size, make_env,
+                                       cfg.rollout.max_steps, seed=step)
+        backend = HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
+                            autocast=cfg.model.dtype == "bf16-autocast")
+        self.model.eval()
+        return run_episodes(envs, backend, self.renderer, cfg.rollout,
+                            seed=cfg.run.seed * 1_000_003 + step, groups=groups)
+
+    def update_bank(self, trajs: list[Trajectory], step: int) -> None:
+        """Successful rollouts join the experience bank (LOPD) and feed the skill library."""
+        from lopd.experience.condense import experience_from_trajectory
+
+        wins = [t for t in trajs if t.success]
+        if self.retriever is not None and wins:
+            self.retriever.add([experience_from_trajectory(t, step) for t in wins])
+        if self.skills is not None and wins:
+            self.skills.add_from(wins, step)
+
+    def context(self, trajs: list[Trajectory], step: int) -> StepContext:
+        method = self.config.method.name
+        if method == "lopd":
+            return self.provider(trajs, step)
+        skills = self.skills.lookup(trajs, step) if self.skills is not None else None
+        return text_context(method, trajs, self.renderer, self.config.method.experience_chars,
+                            demos=self.demos, skills=skills)
+
+    def bank_size(self) -> int:
+        return self.bank.count() if self.bank is not None else 0
+
+    # -- optimisation --------------------------------------------------------------------------
+    def zero_grad(self) -> None:
+        self.student_opt.zero_grad(set_to_none=True)
+        if self.composer_opt is not None:
+            self.composer_opt.zero_grad(set_to_none=True)
+
+    def composer_backward(self, context: StepContext, leaf: torch.Tensor) -> float:
+        """Push the accumulated context gradient (and the anchor) through the composer."""
+        from lopd.losses import latent_anchor
+
+        if self.composer_opt is None or leaf.grad is None and not self.config.method.anchor_weight:
+            return 0.0
+        latent = context.task_latent
+        with torch.no_grad():
+            reference, _ = self.anchor_composer.compose(context.task_prompts, context.texts)
+        anchor = latent_anchor(latent, reference)
+        objective = self.config.method.anchor_weight * anchor
+        if leaf.grad is not None:
+            objective = objective + (latent * leaf.grad).sum()
+        objective.backward()
+        return float(anchor.detach())
+
+    def optimizer_step(self) -> None:
+        clip = self.config.optim.grad_clip
+        if clip:
+            torch.nn.utils.clip_grad_norm_(self.student_parameters(), clip)
+        self.student_opt.step()
+        if self.composer_opt is not None:
+            if clip:
+                torch.nn.utils.clip_grad_norm_(self.composer.trainable_parameters(), clip)
+            self.composer_opt.step()
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def evaluate(self) -> dict:
+        from lopd.evaluate import evaluate_tasks, summarize
+        from lopd.generation import HFBackend
+        from lopd.rollout import RolloutConfig
+
+        cfg = self.config
+        backend = HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
+                            autocast=cfg.model.dtype == "bf16-autocast")
+        rollout = RolloutConfig(max_steps=cfg.rollout.max_steps,
+                                max_new_tokens=cfg.rollout.max_new_tokens,
+                                max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
+        trajs = evaluate_tasks(backend, self.renderer, self.eval_tasks, rollout,
+                               batch_size=32, seed=cfg.run.seed)
+        return summarize(trajs)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def save(self, step: int, rollouts: int, beta: float, beta_history: list[float]) -> Path:
+        def student(path: Path) -> None:
+            if self.config.model.student == "full":
+                self.model.save_pretrained(path)
+            else:
+                self.model.save_pretrained(path, selected_adapters=[STUDENT])
+            self.tokenizer.save_pretrained(path)
+
+        def optim(path: Path) -> None:
+            torch.save({"student": self.student_opt.state_dict(),
+                        "composer": self.composer_opt.state_dict() if self.composer_opt else None},
+                       path)
+
+        state = {"step": step, "rollouts": rollouts, "beta": beta, "beta_history": beta_history}
+        parts = {
+            "student": student,
+            "optim.pt": optim,
+            "state.json": lambda p: p.write_text(json.dumps(state)),
+            "rng.pt": lambda p: torch.save(rng_state(), p),
+            "config.yaml": lambda p: save_config(self.config, p),
+        }
+        if self.composer is not None:
+            parts["composer"] = lambda p: self.composer.save(p)
+        return save_checkpoint(self.out, step, parts, keep=self.config.run.keep_checkpoints)
+
+    def restore(self) -> tuple[int, int, float, list[float]]:
+        """Load the newest checkpoint; the bank forgets rows added after it."""
+        checkpoint = latest_checkpoint(self.out)
+        if checkpoint is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {self.out}/checkpoints")
+        self._load_student(checkpoint / "student")
+        if self.composer is not None:
+            self.composer.load(checkpoint / "composer")
+        optim = torch.load(checkpoint / "optim.pt", weights_only=False)
+        self.student_opt.load_state_dict(optim["student"])
+        if self.composer_opt is not None and optim["composer"] is not None:
+            self.composer_opt.load_state_dict(optim["composer"])
+        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
+        state = json.loads((checkpoint / "state.json").read_text())
+        if self.bank is not None:
+            self.bank.rollback_to_step(state["step"] - 1)
+            self.retriever.sync()
+        if self.skills is not None:
+            self.skills.rollback(state["step"] - 1)
+        self._trim_metrics(state["step"])
+        return state["step"], state["rollouts"], state["beta"], state["beta_history"]
+
+    def _trim_metrics(self, step: int) -> None:
+        path = self.out / "metrics.jsonl"
+        if path.exists():
+            kept = [line for line in path.read_text().splitlines()
+                    if line and json.loads(line)["step"] < step]
+            path.write_text("".join(line + "\n" for line in kept))
+
+    def _load_student(self, directory: Path) -> None:
+        if self.config.model.student == "full":
+            from safetensors.torch import load_file
+
+            state = {}
+            for shard in sorted(directory.glob("*.safetensors")):
+                state.update(load_file(shard))
+            self.model.load_state_dict(state, strict=False)
+            return
+        load_adapter_weights(self.model, directory, STUDENT)
+
+    def tensorboard(self, out: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(out / "tensorboard"))
+
+
+def load_adapter_weights(model, directory: Path, adapter_name: str) -> None:
+    """Load a saved PEFT adapter's weights into an existing adapter of ``model``."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(str(Path(directory) / "adapter_model.safetensors"))
+    set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
+
+
+def _build_model(config: Config):
+    from lopd.models import LoraSpec, add_adapter, freeze, load_model, setup_runtime
+
+    setup_runtime(threads=config.run.threads, seed=config.run.seed)
+    weights_dtype = "bf16" if config.model.dtype == "bf16" else "fp32"
+    model, tokenizer = load_model(config.model.name, dtype=weights_dtype)
+    teacher = None
+    if config.model.student == "full":
+        teacher = freeze(copy.deepcopy(model))
+        model.requires_grad_(True)
+    else:
+        model = add_adapter(model, STUDENT, LoraSpec(r=config.model.lora_r, alpha=config.model.lora_alpha))
+        if config.model.init_adapter:
+            load_adapter_weights(model, Path(config.model.init_adapter), STUDENT)
+    return model, tokenizer, teacher
+
+
+def build_runtime(config: Config, out: Path) -> Runtime:
+    """Load the model, tasks, and the method's extra parts (composer, bank, skills, demos)."""
+    from lopd.chat import ChatRenderer
+    from lopd.envs import load_suite
+
+    model, tokenizer, teacher = _build_model(config)
+    train_tasks = load_suite(config.data.train_suite, n=config.data.max_train_tasks or None)
+    eval_tasks = load_suite(config.data.eval_suite, n=config.data.eval_tasks or None)
+    rt = Runtime(config, out, model, tokenizer, ChatRenderer(tokenizer), train_tasks, eval_tasks,
+                 teacher_model=teacher)
+    method = config.method.name
+    if method == "lopd":
+        _attach_latent(rt)
+    elif method == "sdft":
+        _attach_demos(rt)
+    elif method == "skill-sd":
+        from lopd.skills import SkillLibrary
+
+        rt.skills = SkillLibrary(out / "skills.sqlite", rt, config.method.num_experiences)
+    params = rt.student_parameters()
+    rt.student_opt = torch.optim.AdamW(params, lr=config.optim.student_lr,
+                                       weight_decay=config.optim.weight_decay)
+    return rt
+
+
+def _attach_demos(rt: Runtime) -> None:
+    from lopd.experience.condense import condense_trajectory
+    from lopd.reference import reference_trajectory
+
+    for task in rt.train_tasks:
+        if task.reference:
+            traj = reference_trajectory(task, rt.renderer, rt.config.rollout.max_steps)
+            rt.demos[task.id] = condense_trajectory(traj.messages, task.prompt)
+
+
+def _attach_latent(rt: Runtime) -> None:
+    """Composer phi (trainable), anchor phi_0 (frozen), bank + retriever."""
+    from lopd.composer import Composer, ComposerConfig
+    from lopd.experience.bank import ExperienceBank, bank_path
+    from lopd.experience.retriever import Embedder, Retriever
+    from lopd.models import LoraSpec
+
+    cfg = rt.config.method
+    spec = LoraSpec(r=cfg.composer_lora_r, alpha=2 * cfg.composer_lora_r)
+    composer_cfg = ComposerConfig(num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers,
+                                  lora=spec)
+    rt.composer = Composer(rt.model, rt.tokenizer, composer_cfg)
+    rt.anchor_composer = Composer(rt.model, rt.tokenizer, ComposerConfig(
+        num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers, lora=spec,
+        adapter_name="composer_anchor"))
+    rt.bank = ExperienceBank(bank_path(rt.out))
+    rt.retriever = Retriever(rt.bank, Embedder())
+    if rt.bank.count() == 0 and cfg.seed_experiences:
+        seed_bank(rt, cfg.seed_experiences)
+    phi0 = rt.out / "composer_phi0"
+    if not (phi0 / "composer.safetensors").exists():
+        run_cold_start(rt, phi0)
+    rt.composer.load(phi0)
+    rt.anchor_composer.load(phi0).requires_grad_(False)
+    rt.provider = LatentContextProvider(rt.composer, rt.retriever, cfg.num_experiences,
+                                        cfg.experience_chars)
+    if cfg.freeze_composer:  # ablation: phi stays phi_0
+        rt.composer.requires_grad_(False)
+    else:
+        rt.composer_opt = torch.optim.AdamW(rt.composer.trainable_parameters(),
+                                            lr=rt.config.optim.composer_lr,
+                                            weight_decay=rt.config.optim.weight_decay)
+
+
+def seed_bank(rt: Runtime, count: int) -> int:
+    """Seed experiences: reference solutions of the first ``count`` training tasks."""
+    from lopd.experience.condense import experience_from_trajectory
+    from lopd.reference import reference_trajectory
+
+    trajs = [reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps)
+             for t in rt.train_tasks[:count] if t.reference]
+    wins = [experience_from_trajectory(t, step=0, source="seed") for t in trajs if t.success]
+    return len(rt.retriever.add(wins))
+
+
+def run_cold_start(rt: Runtime, phi0: Path) -> dict:
+    """Cold start (paper §3.2): fit the composer on the bank's seed successes -> phi_0.
+
+    Each example is a seed task's reference trajectory with context composed from OTHER
+    retrieved experiences; a held-out fifth of the examples measures the teacher NLL with and
+    without latent context. The numbers go to ``RUN/coldstart.json``.
+    """
+    from lopd.coldstart import ColdStartExample, cold_start, evaluate_nll
+    from lopd.reference import reference_trajectory
+
+    cfg = rt.config.method
+    rows = rt.bank.all(with_embeddings=False)
+    by_id = {t.id: t for t in rt.train_tasks}
+    tasks = [by_id[r.task_id] for r in rows if r.task_id in by_id]
+    found = rt.retriever.retrieve([(t.id, t.prompt) for t in tasks], j=cfg.num_experiences)
+    examples = [
+        ColdStartExample(reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps),
+                         t.prompt, [e.trace[:cfg.experience_chars] for e in exps])
+        for t, exps in zip(tasks, found) if exps
+    ]
+    report: dict = {"examples": len(examples)}
+    if len(examples) >= 5 and cfg.cold_start_steps:
+        held = examples[: max(1, len(examples) // 5)]
+        fit = examples[len(held):]
+        with rt.autocast():
+            result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
+                                lr=1e-3, batch_size=4, seed=rt.config.run.seed,
+                                teacher_model=rt.teacher_model, evaluate=False)
+            report.update(
+                train_losses=result.losses,
+                heldout_nll_no_context=evaluate_nll(rt.composer, rt.model, held, False, 4,
+                                                    rt.teacher_model),
+                heldout_nll_context=evaluate_nll(rt.composer, rt.model, held, True, 4,
+                                                 rt.teacher_model))
+    rt.composer.save(phi0)
+    (rt.out / "coldstart.json").write_text(json.dumps(report, indent=2))
+    return report

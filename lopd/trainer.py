@@ -1,0 +1,202 @@
+"""Algorithm 1 (LOPD) and every baseline in one readable loop.
+
+Per step: sample tasks -> G student rollouts per task -> rewards -> bank update -> privileged
+context (LOPD: retrieve + compose) -> the teacher re-scores exactly the student's tokens ->
+losses -> update the student and the composer -> dual step on beta -> metrics -> periodic
+held-out eval -> checkpoint.
+
+Parts, not a framework: transformers + PEFT give the model (the student is a LoRA adapter on a
+frozen base, so the base with adapters disabled *is* the teacher theta_bar; a fully fine-tuned
+student gets a frozen copy), ``lopd.rollout`` the trajectories, ``lopd.contexts`` the
+privileged context, ``lopd.methods`` the losses. The latent context is composed once per task
+per step; micro-batches read a detached leaf copy of it and their gradients are accumulated
+into it, then pushed through the composer once (with the anchor term), so the composer's
+encoder runs once per step however many micro-batches there are.
+
+Randomness is derived from (seed, step): task sampling and rollout sampling depend on nothing
+else, so a resumed run repeats the uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from lopd import losses
+from lopd.batch import collate
+from lopd.config import Config, save_config
+from lopd.contexts import StepContext
+from lopd.methods import LossTerms, distill_loss, grpo_micro_loss
+from lopd.runtime import Runtime, build_runtime
+from lopd.types import Trajectory
+
+
+class Trainer:
+    def __init__(self, config: Config, resume: bool = False):
+        self.config = config
+        self.out = Path(config.run.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        save_config(config, self.out / "config.yaml")
+        self.rt: Runtime = build_runtime(config, self.out)
+        self.step = 0
+        self.rollouts = 0
+        self.beta = config.method.beta_init
+        self.beta_history: list[float] = []
+        if resume:
+            self.step, self.rollouts, self.beta, self.beta_history = self.rt.restore()
+        self.metrics_path = self.out / "metrics.jsonl"
+        if not resume and self.metrics_path.exists():
+            self.metrics_path.unlink()
+        self.writer = self.rt.tensorboard(self.out) if config.run.tensorboard else None
+
+    # -- one step ------------------------------------------------------------------------------
+    def sample_tasks(self, step: int):
+        rng = random.Random(self.config.run.seed * 1_000_003 + step)
+        return rng.sample(self.rt.train_tasks, min(self.config.optim.tasks_per_step,
+                                                   len(self.rt.train_tasks)))
+
+    def train_step(self, step: int) -> dict:
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        tasks = self.sample_tasks(step)
+        trajs = self.rt.rollout(tasks, step)
+        timings["generate"] = time.perf_counter() - started
+        self.rollouts += len(trajs)
+        self.rt.update_bank(trajs, step)
+
+        mark = time.perf_counter()
+        context = self.rt.context(trajs, step) if self.config.method.name != "grpo" else None
+        timings["compose"] = time.perf_counter() - mark
+
+        mark = time.perf_counter()
+        terms, anchor = self.update(trajs, context, timings)
+        timings["update"] = time.perf_counter() - mark - timings.get("teacher", 0.0)
+        delta = terms.delta / max(terms.rows, 1)
+        if self.config.method.name == "lopd" and terms.rows:
+            self.beta = losses.dual_update(self.beta, self.config.method.margin, delta,
+                                           self.config.method.beta_lr)
+        self.beta_history.append(self.beta)
+        timings["total"] = time.perf_counter() - started
+        return self.step_metrics(step, trajs, terms, delta, anchor, timings)
+
+    def update(self, trajs: list[Trajectory], context: StepContext | None,
+               timings: dict[str, float]) -> tuple[LossTerms, float]:
+        cfg, rt = self.config, self.rt
+        method = cfg.method.name
+        rt.zero_grad()
+        active = context.active if context is not None else torch.ones(len(trajs), dtype=torch.bool)
+        rows_in_step = int(active.sum())
+        leaf = None
+        if context is not None and context.task_latent is not None:
+            leaf = context.task_latent.detach().requires_grad_(rt.composer_opt is not None)
+        advantages = None
+        if method == "grpo":
+            rewards = torch.tensor([t.reward for t in trajs])
+            groups = torch.tensor([t.group for t in trajs])
+            advantages = losses.group_advantages(rewards, groups)
+        total = LossTerms(objective=torch.zeros(()))
+        step_size = cfg.optim.micro_batch
+        for start in range(0, len(trajs), step_size):
+            rows = list(range(start, min(start + step_size, len(trajs))))
+            if not bool(active[rows].any()):
+                continue
+            batch = collate([trajs[r] for r in rows], rt.pad_id)
+            targets = batch.targets[batch.target_mask]
+            row_of = batch.target_mask.nonzero()[:, 0]
+            with rt.autocast():
+                student = rt.student_logits(batch)
+                if method == "grpo":
+                    terms = grpo_micro_loss(student, targets, row_of, advantages[rows],
+                                            rows_in_step, cfg.method.clip_eps)
+                else:
+                    mark = time.perf_counter()
+                    teacher = rt.teacher_logits(batch, context, rows, leaf)
+                    timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - mark
+                    signal = torch.tensor([trajs[r].advantage_signal for r in rows])
+                    terms = distill_loss(method, student, teacher, targets, row_of,
+                                         active[rows], signal, self.beta, rows_in_step,
+                                         cfg.method.top_m, cfg.method.jsd_beta)
+            if terms.rows:
+                terms.objective.backward()
+            total.distill += terms.distill
+            total.delta += terms.delta
+            total.rows += terms.rows
+        anchor = rt.composer_backward(context, leaf) if leaf is not None else 0.0
+        rt.optimizer_step()
+        return total, anchor
+
+    def step_metrics(self, step, trajs, terms, delta, anchor, timings) -> dict:
+        n = max(len(trajs), 1)
+        metrics = {
+            "step": step, "rollouts": self.rollouts,
+            "reward": sum(t.reward for t in trajs) / n,
+            "success": sum(t.success for t in trajs) / n,
+            "distill": terms.distill / max(terms.rows, 1), "delta": delta, "beta": self.beta,
+            "anchor": anchor, "signal_rows": terms.rows,
+            "action_tokens": sum(sum(t.action_mask) for t in trajs),
+            "bank_rows": self.rt.bank_size(),
+        }
+        for key in ("interaction_steps", "tool_calls_per_step", "first_response_tokens",
+                    "reward_per_tool_call"):
+            metrics[key] = sum(t.stats.get(key, 0.0) for t in trajs) / n
+        metrics.update({f"time/{k}": round(v, 3) for k, v in timings.items()})
+        return metrics
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def log(self, metrics: dict) -> None:
+        with self.metrics_path.open("a") as handle:
+            handle.write(json.dumps(metrics) + "\n")
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self.writer.add_scalar(key, value, metrics["step"])
+            self.writer.flush()
+
+    def checkpoint(self) -> Path:
+        return self.rt.save(self.step, self.rollouts, self.beta, self.beta_history)
+
+    def evaluate(self) -> dict:
+        summary = self.rt.evaluate()
+        record = {"step": self.step, "rollouts": self.rollouts, **{
+            f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}}
+        self.log(record)
+        return summary
+
+    def fit(self) -> list[dict]:
+        """Run the remaining steps with a progress bar; returns the step metrics."""
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        cfg = self.config
+        history = []
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"))
+        with Progress(*columns) as bar:
+            job = bar.add_task(f"{cfg.method.name} training", total=cfg.optim.steps,
+                               completed=self.step, status="")
+            while self.step < cfg.optim.steps:
+                metrics = self.train_step(self.step)
+                self.step += 1
+                self.log(metrics)
+                history.append(metrics)
+                bar.update(job, completed=self.step, status=(
+                    f"reward {metrics['reward']:.2f} distill {metrics['distill']:.3f} "
+                    f"beta {metrics['beta']:.3f}"))
+                if cfg.run.eval_every and self.step % cfg.run.eval_every == 0:
+                    self.evaluate()
+                if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.optim.steps:
+                    self.checkpoint()
+        return history
+
+
+def train(config: Config, resume: bool = False) -> Trainer:
+    """`lopd train`: build everything, run the steps, evaluate at the end."""
+    trainer = Trainer(config, resume=resume)
+    trainer.fit()
+    if config.data.eval_tasks >= 0 and not config.run.eval_every:
+        trainer.evaluate()
+    print(f"run directory: {trainer.out}")
+    return trainer

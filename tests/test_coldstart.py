@@ -1,0 +1,92 @@
+"""Composer cold start (paper §3.2) on synthetic trajectories whose answer is in the experience."""
+
+import pytest
+import torch
+
+from lopd.batch import collate
+from lopd.chat import ChatRenderer
+from lopd.coldstart import ColdStartExample, cold_start, evaluate_nll
+from lopd.composer import Composer, ComposerConfig
+from lopd.models import LoraSpec, add_adapter, load_model
+from lopd.types import Task, Trajectory
+
+WORDS = ["apple", "river", "stone", "cloud", "tiger", "maple", "ember", "frost"]
+
+
+def synthetic_examples(tokenizer, n: int) -> list[ColdStartExample]:
+    """Successful one-turn trajectories "The code is W." whose OTHER retrieved experiences say
+    which W opened the box (plus a distractor)."""
+    renderer = ChatRenderer(tokenizer)
+    examples = []
+    for i in range(n):
+        word = WORDS[i % len(WORDS)]
+        question = f"What is the code of box {i}?"
+        messages = [{"role": "user", "content": question},
+                    {"role": "assistant", "content": f"The code is {word}."}]
+        prompt, _ = renderer.render(messages[:1], add_generation_prompt=True)
+        ids, mask = renderer.render(messages)
+        task = Task(id=str(i), split="train", domain="codes", prompt=question)
+        trajectory = Trajectory(task, ids, mask, [], len(prompt), messages, 1.0, True)
+        experiences = [f"Box {i} was opened with the code {word}.", "The printer is on floor 2."]
+        examples.append(ColdStartExample(trajectory, question, experiences))
+    return examples
+
+
+def build(name: str, seed: int = 0, **config):
+    torch.manual_seed(seed)
+    model, tokenizer = load_model(name)
+    model = add_adapter(model, "student", LoraSpec(r=4))
+    composer = Composer(model, tokenizer, ComposerConfig(lora=LoraSpec(r=4), **config))
+    return model, tokenizer, composer
+
+
+def test_cold_start_lowers_teacher_nll_with_context(tmp_path):
+    model, tokenizer, composer = build("tiny-random", num_queries=4, n_layers=1)
+    student = {n: p.clone() for n, p in model.named_parameters() if "composer" not in n}
+    examples = synthetic_examples(tokenizer, 12)
+    result = cold_start(composer, model, tokenizer, examples, steps=30, lr=3e-3, batch_size=6,
+                        save_dir=tmp_path / "phi0")
+    assert len(result.losses) == 30
+    # Untrained, the context is noise: no better than no context at all.
+    assert result.nll_context_before > result.nll_no_context - 0.05
+    # Trained, it must help the frozen teacher by a clear margin (the tiny random model's
+    # logits are nearly flat, so ~0.1 nats is already most of what it can move).
+    assert result.nll_context_after < result.nll_no_context - 0.1, result.as_dict()
+    assert sum(result.losses[-5:]) / 5 < sum(result.losses[:5]) / 5 - 0.1
+    # Only phi moved: the backbone and the student adapter are untouched.
+    for name, param in model.named_parameters():
+        if name in student:
+            torch.testing.assert_close(param, student[name], rtol=0, atol=0)
+    # phi_0 was saved and reproduces the number.
+    _, _, fresh = build("tiny-random", num_queries=4, n_layers=1)
+    fresh.load(tmp_path / "phi0")
+    reloaded = evaluate_nll(fresh, fresh.model, examples, with_context=True)
+    assert reloaded == pytest.approx(result.nll_context_after, abs=1e-4)
+
+
+def test_token_batch_rows_and_trajectories_give_the_same_nll():
+    model, tokenizer, composer = build("tiny-random", num_queries=4, n_layers=1)
+    examples = synthetic_examples(tokenizer, 3)
+    rows = []
+    for example in examples:
+        row = collate([example.trajectory], tokenizer.pad_token_id)
+        rows.append(ColdStartExample(row, example.task_text, example.experiences))
+    for with_context in (False, True):
+        a = evaluate_nll(composer, model, examples, with_context)
+        b = evaluate_nll(composer, model, rows, with_context, batch_size=2)
+        assert a == pytest.approx(b, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_cold_start_on_smollm2_uses_the_experience():
+    """Real 135M model: after cold start the context beats no context, and the *matching*
+    experiences beat experiences of other tasks (the composer carries information)."""
+    torch.set_num_threads(2)
+    model, tokenizer, composer = build("smollm2-135m", num_queries=8, n_layers=1)
+    examples = synthetic_examples(tokenizer, 16)
+    result = cold_start(composer, model, tokenizer, examples, steps=40, lr=1e-3, batch_size=8)
+    shuffled = [ColdStartExample(e.trajectory, e.task_text, examples[(i + 3) % 16].experiences)
+                for i, e in enumerate(examples)]
+    wrong = evaluate_nll(composer, model, shuffled, with_context=True)
+    assert result.nll_context_after < result.nll_no_context - 0.2, result.as_dict()
+    assert result.nll_context_after < wrong - 0.05, (result.as_dict(), wrong)

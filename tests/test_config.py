@@ -1,0 +1,61 @@
+"""Configs: presets load, overrides apply, bad values fail with the field named."""
+
+from pathlib import Path
+
+import pytest
+
+from lopd.cli import build_parser, main
+from lopd.config import ConfigError, describe, load_config, save_config
+
+PRESETS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
+def test_presets_load(preset):
+    assert load_config(preset).method.name == "lopd"
+
+
+def test_overrides_and_round_trip(tmp_path):
+    config = load_config(None, ["optim.steps=7", "method.name=grpo", "rollout.temperature=0.7",
+                                "run.tensorboard=false"])
+    assert (config.optim.steps, config.method.name, config.rollout.temperature) == (7, "grpo", 0.7)
+    save_config(config, tmp_path / "c.yaml")
+    assert load_config(tmp_path / "c.yaml") == config
+
+
+@pytest.mark.parametrize("override, field", [
+    ("method.name=ppo", "method.name"),
+    ("optim.steps=ten", "optim.steps"),
+    ("rollout.top_p=1.5", "rollout.top_p"),
+    ("method.margin=-1", "method.margin"),
+    ("model.dtype=fp8", "model.dtype"),
+    ("optim.nope=1", "optim.nope"),
+    ("bogus.steps=1", "bogus"),
+    ("run.tensorboard=maybe", "run.tensorboard"),
+])
+def test_bad_values_name_the_field(override, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_grpo_needs_groups():
+    with pytest.raises(ConfigError, match="optim.group_size"):
+        load_config(None, ["method.name=grpo", "optim.group_size=1"])
+
+
+def test_every_field_is_documented():
+    text = describe()
+    for line in text.splitlines():
+        if line.startswith("      "):
+            assert line.strip(), "a field without a docstring"
+
+
+def test_cli_reports_config_errors(capsys):
+    assert main(["train", "optim.steps=x"]) == 2
+    assert "optim.steps" in capsys.readouterr().err
+
+
+def test_cli_help_lists_commands():
+    text = build_parser().format_help()
+    for command in ("demo", "train", "eval", "bank", "inspect", "sft", "export", "info"):
+        assert command in text
