@@ -14,9 +14,13 @@ Semantics, as in ``BaseHandler.inference_multi_turn_FC`` and ``eval_runner``:
   turn, whose (empty) user message becomes BFCL's "I have updated some more functions..."
   prompt with the new docs in front (the prompting-model variant);
 - each assistant message's valid calls form one step, executed with BFCL's
-  ``execute_multi_turn_func_call`` (it evals ``name(k=repr(v))``; names are checked to be
-  public methods of the involved backends and keys to be identifiers beforehand); results
-  come back as ``role=tool`` messages;
+  ``execute_multi_turn_func_call`` (it evals ``name(k=repr(v))``, so the name must be a public
+  method of the entry's backends with a doc and every key one of that doc's parameters, an
+  identifier, before anything is evaluated); results come back as ``role=tool`` messages.
+  As in BFCL, argument types and required arguments are not enforced (a wrong call returns
+  BFCL's "Error during execution" text), and a held-out miss_func function is executed if
+  called before it is announced (BFCL's executor maps every backend method); error messages
+  only ever list the tools offered so far;
 - more than ``MAXIMUM_STEP_LIMIT`` (20) call-steps in one user turn force-quits: the entry
   fails, as BFCL fails force-terminated entries;
 - at the end, the per-turn lists of executed steps go to BFCL's ``multi_turn_checker``
@@ -44,7 +48,7 @@ import os
 import re
 import weakref
 from copy import deepcopy
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +86,7 @@ def data_dir() -> Path:
     spec = importlib.util.find_spec("bfcl_eval")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the 'bfcl-eval' package is not installed (pip install --no-deps)")
-    return Path(list(spec.submodule_search_locations)[0]) / "data"
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -90,14 +94,14 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     _, backend_config, *_ = _bfcl()
     filename = backend_config.MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
     return tuple(_jsonl(data_dir() / "multi_turn_func_doc" / filename))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_entries(category: str) -> dict[str, dict[str, Any]]:
     """Entries of one category keyed by id, with ``function``/``missed_function`` docs filled
     in and the ground truth attached, as ``bfcl_eval.utils.load_dataset_entry`` builds them."""
@@ -149,7 +153,7 @@ def to_schema(doc: dict[str, Any]) -> dict[str, Any]:
     return {"name": doc["name"], "description": doc["description"], "parameters": params}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _backend_class(class_name: str) -> type:
     _, backend_config, *_ = _bfcl()
     module = importlib.import_module(backend_config.CLASS_FILE_PATH_MAPPING[class_name])
@@ -170,7 +174,7 @@ def parse_call_string(call: str, involved_classes: list[str]) -> tuple[str, dict
     """A ground-truth string such as ``sort('a.pdf')`` -> (name, keyword arguments)."""
     node = ast.parse(call.strip(), mode="eval").body
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise ValueError(f"not a simple call: {call!r}")
+        raise ValueError(f"not a simple call: {call!r}")  # noqa: TRY004
     name = node.func.id
     params = [p for p in backend_methods(involved_classes)[name].parameters if p != "self"]
     arguments = {params[i]: ast.literal_eval(arg) for i, arg in enumerate(node.args)}
@@ -230,7 +234,7 @@ def _relaxed(schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": schema["name"], "parameters": {"type": "object", "properties": props}}
 
 
-_UNKNOWN_TOOL = re.compile(r"^unknown tool '(.*)' \(available: .*\)$", re.S)
+_UNKNOWN_TOOL = re.compile(r"^unknown tool '(.*)' \(available: .*\)$", re.DOTALL)
 
 
 def _purge(keys: list[str]) -> None:

@@ -33,7 +33,7 @@ SYSTEM_PROMPT = (
     "You are an expert Python programmer. Write a correct, self-contained solution using only "
     "the standard library. Answer with the complete function in one ```python code block."
 )
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 VARIANTS_PER_TEMPLATE = 10
 
 
@@ -48,7 +48,7 @@ def extract_code(text: str) -> str:
 
 def humaneval_program(prompt: str, answer_code: str, entry_point: str) -> str:
     """HumanEval program: the prompt, then the answer as a full definition or as the body."""
-    if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", answer_code, re.M):
+    if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", answer_code, re.MULTILINE):
         return prompt + "\n    pass\n\n" + answer_code + "\n"
     lines = answer_code.splitlines()
     indented = any(line.startswith((" ", "\t")) for line in lines if line.strip())

@@ -4,7 +4,7 @@ Each template draws its parameters from a seeded ``random.Random`` and returns a
 a plain-language specification, a reference solution (source) and test inputs. Expected
 outputs are computed by running the trusted reference in-process at generation time; the tests
 (``assert f(*args) == expected``) stay hidden from the model, which only sees the specification
-and one worked example. 29 templates x up to 10 distinct parameter draws (250 tasks),
+and one worked example. 29 templates x up to 10 distinct parameter draws = 253 tasks,
 deterministic.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Spec = tuple[str, str, str, list[tuple[Any, ...]]]  # name, doc, solution source, inputs
 
@@ -340,7 +341,7 @@ def build(spec: Spec) -> dict[str, Any]:
     """Run the trusted reference to get expected outputs; returns the task fields."""
     name, doc, src, inputs = spec
     namespace: dict[str, Any] = {}
-    exec(compile(src, f"<reference {name}>", "exec"), namespace)  # trusted template code
+    exec(compile(src, f"<reference {name}>", "exec"), namespace)  # noqa: S102 - trusted template
     func = namespace[name]
     tests, seen = [], set()
     for args in inputs:

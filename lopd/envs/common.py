@@ -8,7 +8,8 @@ parsed on its own, so the i-th tool message answers the i-th block.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from lopd.chat import CALL_OPEN, ToolCall, parse_tool_calls
 from lopd.types import Message, ToolSchema

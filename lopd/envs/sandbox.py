@@ -66,6 +66,8 @@ class SandboxResult:
     errors: list[str] = field(default_factory=list)
     isolation: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    pid: int = 0  # the harness's pid = its process group id (killed after the run)
+    uid: int | None = None  # the private uid the code ran as (None: not switched)
 
     @property
     def total(self) -> int:
@@ -137,7 +139,7 @@ def _parse(lines: str, nonce: str, n_tests: int) -> tuple[list[bool], list[str],
 
 
 def _launch(python: str, cfg: dict, workdir: Path, outdir: Path, timeout_s: float):
-    """Start the harness, wait for it; returns (returncode, timed_out, result file text)."""
+    """Start the harness, wait for it; returns (pid, returncode, timed_out, result text)."""
     result_path = outdir / "results"
     result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT, 0o600)
     cfg = {**cfg, "result_fd": result_fd}
@@ -159,7 +161,7 @@ def _launch(python: str, cfg: dict, workdir: Path, outdir: Path, timeout_s: floa
         except subprocess.TimeoutExpired:
             timed_out = True
         _cleanup(proc, cfg.get("uid"))
-    return proc.returncode, timed_out, result_path.read_text(errors="replace")
+    return proc.pid, proc.returncode, timed_out, result_path.read_text(errors="replace")
 
 
 def _choose_python() -> tuple[str, bool]:
@@ -223,7 +225,7 @@ def _run(code, tests, setup, python, drop_uid, limits) -> SandboxResult:
         cfg = {"nonce": nonce, "workdir": str(workdir), "uid": uid, "code": code,
                "setup": setup, "tests": tests, **{k: v for k, v in limits.items()}}
         cfg["cpu_s"] = max(1, int(cfg["cpu_s"]))
-        returncode, timed_out, lines = _launch(python, cfg, workdir, outdir, limits["timeout_s"])
+        pid, returncode, timed_out, lines = _launch(python, cfg, workdir, outdir, limits["timeout_s"])
         results, errors, load_error, isolation = _parse(lines, nonce, len(tests))
         stdout, stderr = _tail(outdir / "stdout"), _tail(outdir / "stderr")
     finally:
@@ -233,5 +235,6 @@ def _run(code, tests, setup, python, drop_uid, limits) -> SandboxResult:
     return SandboxResult(
         passed=passed, failed=len(results) - passed, results=results, timed_out=timed_out,
         returncode=returncode, stdout=stdout, stderr=stderr, load_error=load_error,
-        errors=errors, isolation=isolation, duration_s=time.monotonic() - start,
+        errors=errors, isolation=isolation, duration_s=time.monotonic() - start, pid=pid,
+        uid=uid,
     )

@@ -8,7 +8,12 @@ See ``base`` for checks, ``env`` for the episode semantics and ``tasks`` for the
 
 from lopd.envs.toolworld.env import ToolWorldEnv
 from lopd.envs.toolworld.tasks import (
-    DEFAULT_MIX, DOMAINS, TRAIN_DOMAINS, TRANSFER_DOMAINS, generate_spec, load_tasks,
+    DEFAULT_MIX,
+    DOMAINS,
+    TRAIN_DOMAINS,
+    TRANSFER_DOMAINS,
+    generate_spec,
+    load_tasks,
 )
 
 __all__ = [

@@ -10,7 +10,16 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
-    NAMES, Check, Domain, Param, TaskSpec, ToolError, guard_others, money, pick, tool,
+    NAMES,
+    Check,
+    Domain,
+    Param,
+    TaskSpec,
+    ToolError,
+    guard_others,
+    money,
+    pick,
+    tool,
 )
 
 _ACC = Param("string", "Account id, e.g. 'ACC-1234'.")
@@ -192,10 +201,10 @@ def _tier45(rng, state, owners, tier):
     if tier == 5:
         amount = balance
         goal = pick(rng, [
-            "{s} is closing their checking account: move its entire balance into {r}'s savings "
-            "account, then freeze {s}'s checking account.",
-            "Empty {s}'s checking account into {r}'s savings account and freeze the checking "
-            "account afterwards.",
+            ("{s} is closing their checking account: move its entire balance into {r}'s savings "
+            "account, then freeze {s}'s checking account."),
+            ("Empty {s}'s checking account into {r}'s savings account and freeze the checking "
+            "account afterwards."),
         ], s=sender, r=receiver)
     elif rng.random() < 0.5:
         amount = money(balance / 2)
@@ -207,10 +216,10 @@ def _tier45(rng, state, owners, tier):
         keep = float(rng.randrange(50, 150, 10))
         amount = money(balance - keep)
         goal = pick(rng, [
-            "Transfer everything except ${k:.2f} from {s}'s checking account to {r}'s savings "
-            "account.",
-            "Leave only ${k:.2f} in {s}'s checking account and move the rest to {r}'s savings "
-            "account.",
+            ("Transfer everything except ${k:.2f} from {s}'s checking account to {r}'s savings "
+            "account."),
+            ("Leave only ${k:.2f} in {s}'s checking account and move the rest to {r}'s savings "
+            "account."),
         ], k=keep, s=sender, r=receiver)
     checks = _transfer_checks(state, src, dst, amount)
     calls = [("list_accounts", {"owner": sender}), ("get_balance", {"account_id": src}),

@@ -18,8 +18,9 @@ from __future__ import annotations
 import copy
 import inspect
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from lopd.types import ToolSchema
 
@@ -82,9 +83,7 @@ class TaskSpec:
 def get_path(state: Any, path: tuple[Any, ...]) -> Any:
     node = state
     for key in path:
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+        if isinstance(node, dict) and key in node or isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
             node = node[key]
         else:
             return _MISSING

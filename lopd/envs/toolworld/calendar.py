@@ -12,7 +12,15 @@ import random
 import re
 
 from lopd.envs.toolworld.base import (
-    NAMES, Check, Domain, Param, TaskSpec, ToolError, guard_others, pick, tool,
+    NAMES,
+    Check,
+    Domain,
+    Param,
+    TaskSpec,
+    ToolError,
+    guard_others,
+    pick,
+    tool,
 )
 
 _DATES = [f"2025-03-{d:02d}" for d in (10, 11, 12, 13, 14)]
@@ -261,10 +269,10 @@ def _create_near(rng, state, anchor, person):
     start = free_slot(state["events"], date, duration)
     end = hhmm(minutes(start) + duration)
     goal = pick(rng, [
-        "Schedule a {n}-minute '{t}' at the earliest free time on the day of '{a}', and invite "
-        "{p}.",
-        "On the same day as '{a}', book a {n}-minute '{t}' in the first free slot and add {p} "
-        "as an attendee.",
+        ("Schedule a {n}-minute '{t}' at the earliest free time on the day of '{a}', and invite "
+        "{p}."),
+        ("On the same day as '{a}', book a {n}-minute '{t}' in the first free slot and add {p} "
+        "as an attendee."),
     ], n=duration, t=title, a=anchor["title"], p=person)
     new_id = f"EV-{state['next_id']}"
     fields = {"title": title, "date": date, "start": start, "end": end, "attendees": [person]}

@@ -200,7 +200,8 @@ def _tier3(rng, state, tier):
                           "Duplicate {n}: the copy should be {p}."], n=name, p=new)
         checks = [Check("copied", f"{new} has the content of {name}", "eq", ("files", new),
                         content),
-                  Check("original_kept", f"{path} unchanged", "unchanged", ("files", path)),
+                  Check("original_kept", f"{path} unchanged", "unchanged", ("files", path),
+                        guard=True),
                   *_guards([new])]
         return TaskSpec(goal, state, checks, _copy_calls(path, new, content), tier)
     folder = _new_dir(rng, state)
@@ -221,10 +222,11 @@ def _tier4(rng, state, tier):
     folder = _new_dir(rng, state)
     new = posixpath.join(folder, name)
     goal = pick(rng, ["Back up {n}: create the directory {d} and put a copy of {n} in it.",
-                      "Create a folder {d} containing a copy of {n} (same file name); keep the "
-                      "original."], n=name, d=folder)
+                      ("Create a folder {d} containing a copy of {n} (same file name); keep the "
+                      "original.")], n=name, d=folder)
     checks = [Check("copied", f"{new} has the content of {name}", "eq", ("files", new), content),
-              Check("original_kept", f"{path} unchanged", "unchanged", ("files", path)),
+              Check("original_kept", f"{path} unchanged", "unchanged", ("files", path),
+                        guard=True),
               *_guards([new], allow_new_dir=True)]
     search, read, write = _copy_calls(path, new, content)
     return TaskSpec(goal, state, checks, [search, read, ("make_dir", {"path": folder}), write],
@@ -237,11 +239,12 @@ def _tier5(rng, state, tier):
     merged = files[target] + "\n" + files[source]
     a, b = posixpath.basename(source), posixpath.basename(target)
     goal = pick(rng, ["Append the contents of {a} to the end of {b}, on a new line.",
-                      "Add the text of {a} at the end of {b} (separated by a newline); leave "
-                      "{a} as it is."], a=a, b=b)
+                      ("Add the text of {a} at the end of {b} (separated by a newline); leave "
+                      "{a} as it is.")], a=a, b=b)
     checks = [Check("appended", f"{target} ends with the content of {a}", "eq",
                     ("files", target), merged),
-              Check("source_kept", f"{source} unchanged", "unchanged", ("files", source)),
+              Check("source_kept", f"{source} unchanged", "unchanged", ("files", source),
+                    guard=True),
               *_guards([target])]
     calls = [("search_files", {"name": a}), ("search_files", {"name": b}),
              ("read_file", {"path": source}), ("read_file", {"path": target}),

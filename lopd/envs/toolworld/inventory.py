@@ -10,7 +10,15 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
-    Check, Domain, Param, TaskSpec, ToolError, guard_others, money, pick, tool,
+    Check,
+    Domain,
+    Param,
+    TaskSpec,
+    ToolError,
+    guard_others,
+    money,
+    pick,
+    tool,
 )
 
 _SKU = Param("string", "Item SKU, e.g. 'SKU-1042'.")
@@ -105,15 +113,15 @@ def _tier12(rng, state, sku, other, tier):
     action = rng.choice(["stock", "price", "move"])
     if action == "stock":
         delta = rng.randrange(5, 60)
-        goal = pick(rng, ["Add {d} units of {w} to the stock.", "We received {d} more of {w}; "
-                          "update the stock.", "Increase the stock of {w} by {d} units."],
+        goal = pick(rng, ["Add {d} units of {w} to the stock.", ("We received {d} more of {w}; "
+                          "update the stock."), "Increase the stock of {w} by {d} units."],
                     d=delta, w=who)
         call = ("adjust_stock", {"sku": sku, "delta": delta})
         check = _field_check(sku, "quantity", item["quantity"] + delta)
     elif action == "price":
         price = rng.randrange(100, 9000) / 100
-        goal = pick(rng, ["Set the price of {w} to ${p:.2f}.", "Change the unit price of {w} to "
-                          "${p:.2f}.", "{W} should now cost ${p:.2f}."],
+        goal = pick(rng, ["Set the price of {w} to ${p:.2f}.", ("Change the unit price of {w} to "
+                          "${p:.2f}."), "{W} should now cost ${p:.2f}."],
                     w=who, W=who[0].upper() + who[1:], p=price)
         call = ("set_price", {"sku": sku, "price": price})
         check = _field_check(sku, "price", price)
@@ -150,8 +158,8 @@ def _tier45(rng, state, sku, other, tier):
                           "Make the {a} cost exactly what the {b} costs."], **fields)
     else:
         goal = pick(rng, [
-            "Set the price of the {a} to the price of the {b}, and store the {a} in the same "
-            "location as the {b}.",
+            ("Set the price of the {a} to the price of the {b}, and store the {a} in the same "
+            "location as the {b}."),
             "Match the {a} to the {b}: same unit price and same storage location.",
         ], **fields)
     calls = [("find_item", {"name": item["name"]}), ("find_item", {"name": model["name"]}),

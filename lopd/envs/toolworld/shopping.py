@@ -10,7 +10,15 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
-    Check, Domain, Param, TaskSpec, ToolError, guard_others, money, pick, tool,
+    Check,
+    Domain,
+    Param,
+    TaskSpec,
+    ToolError,
+    guard_others,
+    money,
+    pick,
+    tool,
 )
 
 _PID = Param("string", "Product id, e.g. 'P-1001'.")

@@ -13,7 +13,14 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
-    Check, Domain, Param, TaskSpec, ToolError, guard_others, pick, tool,
+    Check,
+    Domain,
+    Param,
+    TaskSpec,
+    ToolError,
+    guard_others,
+    pick,
+    tool,
 )
 
 _DEV = Param("string", "Device id, e.g. 'L-204'.")
@@ -118,8 +125,8 @@ def _make_state(rng: random.Random) -> tuple[dict, dict[str, dict[str, list[str]
     return {"devices": devices}, index
 
 
-def _eq(device_id, field, value, what):
-    return Check(f"{field}_{device_id}", what, "eq", ("devices", device_id, field), value)
+def _eq(device_id, field, value, what, guard=False):
+    return Check(f"{field}_{device_id}", what, "eq", ("devices", device_id, field), value, guard)
 
 
 def _guard(touched):
@@ -148,12 +155,12 @@ def _tier12(rng, state, rooms, tier):
             goal = pick(rng, ["Set {w} to {l}% brightness.", "Dim {w} to {l}%.",
                               "Make {w} {l}% bright."], w=who, l=level)
             checks = [_eq(device_id, "brightness", level, f"{device_id} at {level}%"),
-                      _eq(device_id, "on", True, f"{device_id} is on")]
+                      _eq(device_id, "on", True, f"{device_id} is on", guard=True)]
             call, args = "set_brightness", {"device_id": device_id, "level": level}
     elif kind == "thermostat":
         target = rng.choice([t for t in range(16, 26) if t != device["target"]])
-        goal = pick(rng, ["Set {w} to {t} degrees.", "Change the target temperature of {w} to "
-                          "{t}°C.", "I want it at {t} degrees: adjust {w}."], w=who, t=target)
+        goal = pick(rng, ["Set {w} to {t} degrees.", ("Change the target temperature of {w} to "
+                          "{t}°C."), "I want it at {t} degrees: adjust {w}."], w=who, t=target)
         checks = [_eq(device_id, "target", target, f"{device_id} targets {target}")]
         call, args = "set_thermostat", {"device_id": device_id, "temperature": target}
     else:
@@ -197,7 +204,7 @@ def _tier4(rng, state, rooms, tier):
     goal = pick(rng, ["Set {a} to the same brightness as {b}.",
                       "Make {a} exactly as bright as {b}."], a=a, b=b)
     checks = [_eq(target, "brightness", level, f"{target} at {level}%"),
-              _eq(target, "on", True, f"{target} is on"), _guard([target])]
+              _eq(target, "on", True, f"{target} is on", guard=True), _guard([target])]
     calls = [("list_devices", {"room": source_room}), ("get_device", {"device_id": source}),
              ("list_devices", {"room": target_room}),
              ("set_brightness", {"device_id": target, "level": level})]
@@ -216,8 +223,8 @@ def _tier5(rng, state, rooms, tier):
     target = rng.choice([t for t in range(16, 26) if t != devices[thermostat]["target"]])
     for key in lights:
         devices[key].update(on=True, brightness=devices[key]["brightness"] or 70)
-    goal = pick(rng, ["Turn off all three lights in the {r} and set its thermostat to {t} "
-                      "degrees.", "Night mode for the {r}: every light off, thermostat at {t}°C."],
+    goal = pick(rng, [("Turn off all three lights in the {r} and set its thermostat to {t} "
+                      "degrees."), "Night mode for the {r}: every light off, thermostat at {t}°C."],
                 r=room, t=target)
     checks = [_eq(k, "on", False, f"{k} is off") for k in lights]
     checks += [_eq(thermostat, "target", target, f"{thermostat} targets {target}"),

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 from lopd.chat import format_tool_call
 from lopd.envs.toolworld.banking import Banking
@@ -123,7 +124,8 @@ def load_tasks(
 ) -> list[Task]:
     """ToolWorld tasks of ``split``, optionally filtered by tier/domain, first ``n`` kept."""
     mix_items = tuple(sorted((mix or DEFAULT_MIX).items()))
-    tasks = list(_generate_split(split, mix_items))
+    tasks = [replace(t, tools=list(t.tools), metadata=dict(t.metadata))
+             for t in _generate_split(split, mix_items)]
     if tiers is not None:
         keep = set(tiers)
         tasks = [t for t in tasks if t.metadata["tier"] in keep]

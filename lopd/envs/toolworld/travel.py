@@ -216,10 +216,10 @@ def _tier5(rng, state, routes, tier):
     new = _cheapest(state, route["origin"], route["destination"], date)
     flights[new]["seats"] = max(1, flights[new]["seats"])
     goal = pick(rng, [
-        "{p} has to travel on {t} instead: rebook their flight onto the cheapest flight of the "
-        "same route that day, and cancel the old booking.",
-        "Change {p}'s trip to {t}: same route, cheapest flight on that day. Cancel the "
-        "current booking.",
+        ("{p} has to travel on {t} instead: rebook their flight onto the cheapest flight of the "
+        "same route that day, and cancel the old booking."),
+        ("Change {p}'s trip to {t}: same route, cheapest flight on that day. Cancel the "
+        "current booking."),
     ], p=person, t=date)
     checks = [Check("old_cancelled", f"{booking_id} is cancelled", "missing",
                     ("bookings", booking_id)), _booked(new, person),
