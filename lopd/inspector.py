@@ -184,6 +184,13 @@ def write_html(report: InspectReport, path: Path) -> Path:
     return path
 
 
+def _token_ticks(ax, tokens: list[str], most: int = 80) -> None:
+    """Label the x axis with the decoded tokens when there are few enough to read."""
+    if len(tokens) <= most:
+        ax.set_xticks(range(len(tokens)))
+        ax.set_xticklabels([repr(t)[1:-1] for t in tokens], rotation=90, fontsize=7)
+
+
 def write_png(report: InspectReport, path: Path) -> Path:
     """Heat maps: latent x experience-token attention per experience; delta per action token."""
     import matplotlib
@@ -192,12 +199,13 @@ def write_png(report: InspectReport, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     n = len(report.attention)
-    fig, axes = plt.subplots(n + 1, 1, figsize=(12, 2.5 * (n + 1)), squeeze=False)
+    fig, axes = plt.subplots(n + 1, 1, figsize=(14, 3.2 * (n + 1)), squeeze=False)
     for j, weights in enumerate(report.attention):
         ax = axes[j][0]
         image = ax.imshow(weights, aspect="auto", cmap="viridis")
         ax.set_title(f"experience {j}: latent x token cross-attention")
         ax.set_ylabel("latent k")
+        _token_ticks(ax, report.pair_tokens[j])
         fig.colorbar(image, ax=ax)
     ax = axes[n][0]
     supervised = ~np.isnan(report.deltas)
@@ -205,6 +213,7 @@ def write_png(report: InspectReport, path: Path) -> Path:
     if values.size:
         scale = _scale(report.deltas)
         image = ax.imshow(values[None, :], aspect="auto", cmap="RdYlGn", vmin=-scale, vmax=scale)
+        _token_ticks(ax, [t for t, keep in zip(report.tokens, supervised) if keep])
         fig.colorbar(image, ax=ax)
     ax.set_title("privilege delta per action token (teacher - student log-prob)")
     ax.set_yticks([])

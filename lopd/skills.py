@@ -4,6 +4,8 @@ After each step, every task with a new success gets one skill: the student, prom
 condensed successful trace, writes a one-sentence general procedure (greedy, 48 tokens). Skills
 live in their own SQLite bank (``RUN/skills.sqlite``) and are retrieved by task similarity with
 the same dense retriever as LOPD's experiences (the querying task's own skills excluded).
+When the model writes nothing usable (a weak or untrained model), the skill falls back to the
+trace's tool sequence ("Call a, then b.") so the library never stores empty skills.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lopd.experience.bank import Experience, ExperienceBank
-from lopd.experience.condense import condense_trajectory
+from lopd.experience.condense import condense_trajectory, parse_tool_calls
 from lopd.types import Trajectory
 
 _PROMPT = ("Here is how a task was solved:\n{trace}\n\nIn one sentence, state the general "
@@ -37,7 +39,8 @@ class SkillLibrary:
             for t in trajs]
         backend = HFBackend(self.rt.model, renderer.stop_ids, self.rt.pad_id)
         outputs = backend.generate(prompts, SamplingParams(max_new_tokens=48, temperature=0.0))
-        return [self.rt.tokenizer.decode(o, skip_special_tokens=True).strip() for o in outputs]
+        texts = [self.rt.tokenizer.decode(o, skip_special_tokens=True).strip() for o in outputs]
+        return [text or _tool_sequence(t) for text, t in zip(texts, trajs)]
 
     def add_from(self, wins: list[Trajectory], step: int) -> None:
         fresh: dict[str, Trajectory] = {}
@@ -64,3 +67,9 @@ class SkillLibrary:
         self.bank.rollback_to_step(step)
         self.retriever.sync()
         self.summarised = {e.task_id for e in self.bank.all(with_embeddings=False)}
+
+
+def _tool_sequence(traj: Trajectory) -> str:
+    names = [name for m in traj.messages if m["role"] == "assistant"
+             for name, _ in parse_tool_calls(m["content"])]
+    return ("Call " + ", then ".join(names) + ".") if names else "Answer directly."

@@ -47,7 +47,6 @@ import keyword
 import os
 import re
 import weakref
-from copy import deepcopy
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -96,9 +95,13 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 @cache
 def _func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+    """A class's function docs with BFCL's Python hint appended (shared, never mutated)."""
     _, backend_config, *_ = _bfcl()
     filename = backend_config.MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
-    return tuple(_jsonl(data_dir() / "multi_turn_func_doc" / filename))
+    docs = _jsonl(data_dir() / "multi_turn_func_doc" / filename)
+    for doc in docs:
+        doc["description"] = doc["description"] + _PYTHON_HINT
+    return tuple(docs)
 
 
 @cache
@@ -111,15 +114,13 @@ def load_entries(category: str) -> dict[str, dict[str, Any]]:
     truths = {row["id"]: row["ground_truth"] for row in _jsonl(data_dir() / "possible_answer" / name)}
     entries = {}
     for entry in _jsonl(data_dir() / name):
-        functions = [deepcopy(doc) for cls in entry["involved_classes"] for doc in _func_docs(cls)]
+        functions = [doc for cls in entry["involved_classes"] for doc in _func_docs(cls)]
         missed: dict[str, list[dict]] = {}
         for turn, names in entry.get("missed_function", {}).items():
             missed[turn] = []
             for func_name in names:
                 index = next(i for i, doc in enumerate(functions) if doc["name"] == func_name)
                 missed[turn].append(functions.pop(index))
-        for doc in functions + [d for docs in missed.values() for d in docs]:
-            doc["description"] = doc["description"] + _PYTHON_HINT
         entry["function"], entry["missed_function"] = functions, missed
         entry["ground_truth"] = truths[entry["id"]]
         entries[entry["id"]] = entry
@@ -146,11 +147,17 @@ def _cast_types(properties: dict[str, Any], mapping: dict[str, str]) -> dict[str
 
 def to_schema(doc: dict[str, Any]) -> dict[str, Any]:
     """A BFCL function doc as an OpenAI-style tool schema (the ``response`` part dropped)."""
+    return json.loads(_to_schema(json.dumps(doc, sort_keys=True)))
+
+
+@cache
+def _to_schema(doc_json: str) -> str:
+    doc = json.loads(doc_json)
     *_, type_mappings, _, _ = _bfcl()
-    params = deepcopy(doc.get("parameters") or {})
+    params = doc.get("parameters") or {}
     params["type"] = "object"
     params["properties"] = _cast_types(params.get("properties", {}), type_mappings.GORILLA_TO_OPENAPI)
-    return {"name": doc["name"], "description": doc["description"], "parameters": params}
+    return json.dumps({"name": doc["name"], "description": doc["description"], "parameters": params})
 
 
 @cache
@@ -162,6 +169,11 @@ def _backend_class(class_name: str) -> type:
 
 def backend_methods(involved_classes: list[str]) -> dict[str, inspect.Signature]:
     """Public method name -> signature for the entry's backends."""
+    return _backend_methods(tuple(involved_classes))
+
+
+@cache
+def _backend_methods(involved_classes: tuple[str, ...]) -> dict[str, inspect.Signature]:
     methods = {}
     for class_name in involved_classes:
         for name, member in inspect.getmembers(_backend_class(class_name), inspect.isfunction):
