@@ -168,14 +168,40 @@ def example_call(tool: ToolSchema) -> str:
     return format_tool_call(tool["name"], {k: _example_value(properties.get(k, {})) for k in required})
 
 
-def tool_system_prompt(instructions: str, tools: Sequence[ToolSchema], example: str | None = None) -> str:
-    """System prompt with the tool schemas, the call format and one example call."""
+def tool_signature(tool: ToolSchema) -> str:
+    """One line per tool: ``name(arg: type, opt?: type) - description`` (enums listed)."""
+    params = tool.get("parameters") or {}
+    required = set(params.get("required") or [])
+    args = []
+    for key, spec in (params.get("properties") or {}).items():
+        kind = spec.get("type", "any")
+        kind = "|".join(kind) if isinstance(kind, list) else kind
+        if "enum" in spec:
+            kind = "|".join(json.dumps(v) for v in spec["enum"])
+        args.append(f"{key}{'' if key in required else '?'}: {kind}")
+    description = " ".join(str(tool.get("description", "")).split())
+    return f"- {tool['name']}({', '.join(args)})" + (f" - {description}" if description else "")
+
+
+def tool_system_prompt(instructions: str, tools: Sequence[ToolSchema], example: str | None = None,
+                       style: str = "compact") -> str:
+    """System prompt with the tools, the call format and one example call.
+
+    ``style="compact"`` lists one signature line per tool (``tool_signature``): about a third of
+    the tokens of the JSON schemas, which matters because the prompt is re-read by every
+    forward pass of rollouts and training. ``style="json"`` lists the full JSON schemas.
+    """
     if not tools:
         return instructions
-    schemas = "\n".join(json.dumps(t, separators=(",", ":")) for t in tools)
+    if style == "json":
+        listing = "\n".join(json.dumps(t, separators=(",", ":")) for t in tools)
+    elif style == "compact":
+        listing = "\n".join(tool_signature(t) for t in tools)
+    else:
+        raise ValueError(f"style must be 'compact' or 'json', got {style!r}")
     example = example or example_call(tools[0])
     return (
-        f"{instructions}\n\nYou can call these tools:\n{schemas}\n\n"
+        f"{instructions}\n\nYou can call these tools (? marks an optional argument):\n{listing}\n\n"
         f"To call a tool, write {CALL_OPEN}{{\"name\": <tool name>, \"arguments\": "
         f"{{<argument>: <value>}}}}{CALL_CLOSE}. You may write several calls in one turn. "
         f"Example:\n{example}\n"

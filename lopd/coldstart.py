@@ -25,6 +25,7 @@ import torch
 
 from lopd.batch import TokenBatch, collate
 from lopd.composer import Composer
+from lopd.models import autocast_context
 from lopd.teacher import supervised_targets, teacher_logits
 from lopd.types import Task, Trajectory
 
@@ -80,9 +81,11 @@ def teacher_nll(
     examples: list[ColdStartExample],
     with_context: bool = True,
     teacher_model=None,
+    pad_id: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher NLL of the supervised tokens: ``(N,)`` values and ``(N,)`` row index."""
-    pad_id = composer.tokenizer.pad_token_id if composer is not None else 0
+    if pad_id is None:
+        pad_id = composer.tokenizer.pad_token_id if composer is not None else 0
     device = model.get_input_embeddings().weight.device
     batch = collate_examples(examples, pad_id or 0).to(device)
     context = mask = None
@@ -115,12 +118,14 @@ def evaluate_nll(
     with_context: bool,
     batch_size: int = 8,
     teacher_model=None,
+    dtype: str = "fp32",
 ) -> float:
     """Mean teacher NLL per action token (token-weighted) with or without latent context."""
     total, count = 0.0, 0
     for start in range(0, len(batch_examples), batch_size):
         chunk = batch_examples[start : start + batch_size]
-        nll, _ = teacher_nll(composer, model, chunk, with_context, teacher_model)
+        with autocast_context(dtype):
+            nll, _ = teacher_nll(composer, model, chunk, with_context, teacher_model)
         total += float(nll.sum())
         count += nll.numel()
     return total / max(count, 1)
@@ -141,24 +146,25 @@ def cold_start(
     teacher_model=None,
     evaluate: bool = True,
     log=None,
+    dtype: str = "fp32",
 ) -> ColdStartResult:
     """Fit the composer on ``examples`` for ``steps`` AdamW steps; returns the metrics.
 
     ``model`` is the shared backbone (``composer.model``); the teacher runs with adapters
     disabled (or ``teacher_model``), so only ``composer.trainable_parameters()`` move. With
     ``save_dir`` the result ``phi_0`` is written by ``composer.save``. ``log(step, loss)`` is
-    called after every step if given. ``tokenizer`` pads the batches.
+    called after every step if given. ``tokenizer`` pads the batches. ``dtype="bf16-autocast"``
+    runs the forwards under CPU/GPU bf16 autocast (``lopd.models.autocast_context``).
     """
     if not examples:
         raise ValueError("cold start needs at least one example")
-    composer.tokenizer = composer.tokenizer or tokenizer
     result = ColdStartResult()
     started = time.perf_counter()
     if evaluate:
         result.nll_no_context = evaluate_nll(composer, model, examples, False, batch_size,
-                                             teacher_model)
+                                             teacher_model, dtype)
         result.nll_context_before = evaluate_nll(composer, model, examples, True, batch_size,
-                                                 teacher_model)
+                                                 teacher_model, dtype)
     params = composer.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     generator = torch.Generator().manual_seed(seed)
@@ -167,7 +173,9 @@ def cold_start(
         picks = torch.randint(len(examples), (min(batch_size, len(examples)),),
                               generator=generator).tolist()
         chunk = [examples[i] for i in picks]
-        nll, rows = teacher_nll(composer, model, chunk, True, teacher_model)
+        with autocast_context(dtype):
+            nll, rows = teacher_nll(composer, model, chunk, True, teacher_model,
+                                    tokenizer.pad_token_id)
         loss = _per_trajectory_mean(nll, rows, len(chunk))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -181,7 +189,7 @@ def cold_start(
     composer.eval()
     if evaluate:
         result.nll_context_after = evaluate_nll(composer, model, examples, True, batch_size,
-                                                teacher_model)
+                                                teacher_model, dtype)
     if save_dir is not None:
         composer.save(save_dir)
     result.seconds = time.perf_counter() - started

@@ -300,6 +300,15 @@ class Composer(nn.Module):
         config = ComposerConfig.from_dict({**data, **overrides})
         return cls(model, tokenizer, config).load(directory)
 
+    def frozen_copy(self, adapter_name: str = "composer_anchor") -> Composer:
+        """A frozen twin with the current weights (e.g. phi_0 for the anchor term of eq. 13),
+        on the same backbone under its own adapter name. Its output never needs gradient:
+        compose it under ``torch.no_grad()`` (or cache it per (task, experiences))."""
+        config = ComposerConfig.from_dict({**asdict(self.config), "adapter_name": adapter_name})
+        twin = Composer(self.model, self.tokenizer, config)
+        twin.load_state_dict(self.state_dict())
+        return twin.requires_grad_(False).eval()
+
     # --- encoding ---------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> Composer:
         """Freeze or unfreeze all of phi (compressor and LoRA psi)."""

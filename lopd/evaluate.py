@@ -105,13 +105,16 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
     renderer = ChatRenderer(tokenizer)
     backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id,
                         autocast=dtype == "bf16-autocast")
-    rollout = RolloutConfig(max_new_tokens=max_new_tokens, temperature=0.0,
-                            max_context_tokens=4096)
+    context = int(getattr(policy.config, "max_position_embeddings", 8192) or 8192)
     results: dict[str, dict] = {}
     started = time.time()
     with Progress() as bar:
         for suite in suites:
             tasks = load_suite(suite, n=limit or None)
+            # BFCL caps steps per user turn itself (20); the engine's cap covers whole episodes
+            rollout = RolloutConfig(max_steps=400 if suite.startswith("bfcl") else 30,
+                                    max_new_tokens=max_new_tokens, temperature=0.0,
+                                    max_context_tokens=min(context, 8192))
             job = bar.add_task(suite, total=len(tasks))
             trajs = evaluate_tasks(backend, renderer, tasks, rollout, batch_size, seed,
                                    progress=lambda done, total: bar.update(job, completed=done))

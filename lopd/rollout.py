@@ -135,6 +135,9 @@ def run_episodes(
     groups = list(groups) if groups is not None else list(range(len(envs)))
     episodes = [_start(env, group, renderer) for env, group in zip(envs, groups)]
     header = renderer.generation_prompt()
+    for episode in episodes:  # a prompt that leaves no room for a turn is cut before it starts
+        if episode.prompt_len + len(header) + config.max_new_tokens > config.max_context_tokens:
+            episode.done, episode.truncated = True, True
     round_index = 0
     while True:
         waiting = [e for e in episodes if not e.done]

@@ -317,10 +317,15 @@ def _attach_latent(rt: Runtime) -> None:
     spec = LoraSpec(r=cfg.composer_lora_r, alpha=2 * cfg.composer_lora_r)
     composer_cfg = ComposerConfig(num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers,
                                   lora=spec)
-    rt.composer = Composer(rt.model, rt.tokenizer, composer_cfg)
-    rt.anchor_composer = Composer(rt.model, rt.tokenizer, ComposerConfig(
+    # The encoder lives on the frozen backbone: the student's own base (LoRA student) or the
+    # frozen teacher copy (full fine-tuning), never on trainable student weights.
+    backbone = rt.model if rt.teacher_model is None else rt.teacher_model
+    rt.composer = Composer(backbone, rt.tokenizer, composer_cfg)
+    rt.anchor_composer = Composer(rt.composer.model, rt.tokenizer, ComposerConfig(
         num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers, lora=spec,
         adapter_name="composer_anchor"))
+    if rt.teacher_model is not None:
+        rt.teacher_model = rt.composer.model  # the wrapped copy, so adapters can be disabled
     rt.bank = ExperienceBank(bank_path(rt.out))
     rt.retriever = Retriever(rt.bank, Embedder())
     if rt.bank.count() == 0 and cfg.seed_experiences:

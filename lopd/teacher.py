@@ -1,7 +1,7 @@
 """Teacher and student forward passes with privileged context spliced in (paper eq. 7-8).
 
 The teacher is the frozen *initial* weights ``theta_bar`` (eq. 8): with a LoRA student on a
-PeftModel, the same model run inside ``model.disable_adapter()``; with a fully fine-tuned
+PeftModel, the same model with every adapter disabled (``adapters_disabled``); with a fully fine-tuned
 student, a separate frozen copy passed as ``teacher_model``. The teacher sees
 ``[s ; c]`` (eq. 7): the context ``c`` is inserted **right after the first ``prompt_lens[b]``
 real tokens of row b** (the initial task prompt: system + first user message). For a
@@ -27,10 +27,17 @@ token by token. After splicing, the logit that predicts original token ``i + 1``
 Positions (memory). Full-vocabulary logits dominate memory, so ``positions`` chooses where the
 LM head runs: ``"all"`` -> ``(B, T, V)``; ``"supervised"`` -> ``(N, V)`` for the N positions
 where ``batch.target_mask`` is True (padded with a False last column), row-major order; a
-``(B, T)`` bool tensor -> ``(N, V)`` for those positions. ``return_hidden=True`` returns the
-final hidden states ``(B, T, d)`` / ``(N, d)`` instead, for a caller that applies the head in
+``(B, T)`` bool tensor -> ``(N, V)`` for those positions; ``"packed"`` -> ``(B, S, V)``, each
+row's supervised positions packed to the left (``packed_targets`` gives the matching targets
+and ``(B, S)`` mask), a drop-in for per-row losses on ``(B, T, V)`` + mask at a fraction of
+the memory when observations are long. ``return_hidden=True`` returns the
+final hidden states (``d`` in place of ``V``) instead, for a caller that applies the head in
 chunks (``lm_head``). Simplification: logits are ``lm_head(final hidden)`` (with Gemma-style
 soft-capping if configured) — true for Llama/SmolLM2/Qwen/Mistral.
+
+PEFT pitfall. ``set_adapter`` and ``disable_adapter`` also flip ``requires_grad`` (every adapter
+but the active one is frozen on exit), which silently stops the composer's or the student's
+gradients. Use ``adapters_disabled`` / ``lopd.composer.use_adapter``, which restore the flags.
 
 Gradients. No parameter of the teacher is updated, but when a latent context requires grad the
 forward keeps its activations in the graph (eq. 8: the loss is differentiable w.r.t. ``c``).
@@ -176,14 +183,43 @@ def select_positions(batch: TokenBatch, positions: Positions) -> torch.Tensor | 
     if positions == "supervised":
         mask = batch.target_mask.bool()
         return torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1)
-    raise ValueError(f"positions must be 'all', 'supervised' or a bool tensor, got {positions!r}")
+    raise ValueError(
+        f"positions must be 'all', 'supervised', 'packed' or a bool tensor, got {positions!r}"
+    )
+
+
+def _next_ids(batch: TokenBatch) -> torch.Tensor:
+    """``(B, T)``: the token each position predicts (the last one repeats itself)."""
+    return torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, -1:]], dim=1)
 
 
 def supervised_targets(batch: TokenBatch, positions: Positions = "supervised") -> torch.Tensor:
     """The tokens predicted at the selected positions: ``(N,)`` long, row-major."""
     selected = select_positions(batch, positions)
-    next_ids = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, -1:]], dim=1)
-    return next_ids if selected is None else next_ids[selected]
+    return _next_ids(batch) if selected is None else _next_ids(batch)[selected]
+
+
+def packed_index(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Supervised positions of each row packed to the left.
+
+    Returns ``index (B, S)`` (positions into T; filler slots point at an unsupervised position)
+    and ``mask (B, S)`` bool, ``S`` = the most supervised tokens of any row.
+    """
+    selected = select_positions(batch, "supervised")  # (B, T)
+    length = selected.shape[1]
+    order = torch.arange(length, device=selected.device).expand_as(selected)
+    keys = torch.where(selected, order, order + length)
+    counts = selected.sum(1)
+    width = int(counts.max()) if counts.numel() else 0
+    index = keys.argsort(dim=1)[:, :width]
+    mask = torch.arange(width, device=selected.device)[None, :] < counts[:, None]
+    return index, mask
+
+
+def packed_targets(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``targets (B, S)`` and ``mask (B, S)`` matching ``positions="packed"`` outputs."""
+    index, mask = packed_index(batch)
+    return _next_ids(batch).gather(1, index), mask
 
 
 def lm_head(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -234,6 +270,10 @@ def forward_aligned(
     plan = plan_splice(batch.attention_mask, batch.prompt_lens, context_mask)
     inputs = apply_splice(plan, embed(ids), context)  # (B, L, d)
     hidden = decoder_hidden_states(model, inputs, plan.attention_mask, plan.position_ids)
+    if isinstance(positions, str) and positions == "packed":
+        index, _ = packed_index(batch)  # (B, S)
+        hidden = realign(hidden, plan.pred_index.gather(1, index))  # (B, S, d)
+        return hidden if return_hidden else lm_head(model, hidden)
     selected = select_positions(batch, positions)
     if selected is None:
         hidden = realign(hidden, plan.pred_index)  # (B, T, d)

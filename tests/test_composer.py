@@ -142,6 +142,12 @@ def test_state_dict_save_load_and_adapter_rename(setup, tmp_path):
     torch.testing.assert_close(theirs, ours)
     torch.testing.assert_close(again, ours)
     model.delete_adapter("anchor")
+    twin = composer.frozen_copy("twin")
+    assert not any(p.requires_grad for p in twin.trainable_parameters())
+    assert all(p.requires_grad for p in composer.trainable_parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(twin.compose(TASKS, EXPERIENCES)[0], ours)
+    model.delete_adapter("twin")
 
 
 def test_attention_weights_cover_real_tokens_only(setup):

@@ -62,6 +62,8 @@ def test_step_cap_and_context_budget_truncate(tiny):
     assert len(capped.turn_spans) == 4 and capped.stats["truncated"] == 1 and capped.reward == 0
     _, (cut,) = _run(tiny, [CountingEnv(task)], max_context_tokens=120)
     assert len(cut.input_ids) <= 120 and cut.stats["truncated"] == 1
+    _, (unstarted,) = _run(tiny, [CountingEnv(task)], max_context_tokens=20)
+    assert unstarted.turn_spans == [] and unstarted.stats["truncated"] == 1
 
 
 def test_groups_label_rollouts_of_the_same_task(tiny):

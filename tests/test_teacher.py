@@ -10,6 +10,7 @@ from lopd.composer import Composer, ComposerConfig
 from lopd.models import LoraSpec, add_adapter, freeze, load_model
 from lopd.teacher import (
     insert_text_context,
+    packed_targets,
     plan_splice,
     realign,
     select_positions,
@@ -101,6 +102,28 @@ def test_supervised_positions_match_full_logits(peft_model):
     assert hidden.shape == (picked.shape[0], model.config.hidden_size)
     torch.testing.assert_close(picked, full[selected], atol=ATOL, rtol=0)
     torch.testing.assert_close(supervised_targets(batch), batch.targets[batch.target_mask])
+
+
+def test_packed_positions_feed_per_row_losses(peft_model):
+    """positions="packed" (B, S, V) + its mask give the same per-row loss as (B, T, V)."""
+    model, _ = peft_model
+    batch = make_batch(random_rows([12, 6, 9], seed=4), [9, 2, 5])
+    context = torch.randn(3, 2, model.config.hidden_size) * 0.2
+    with torch.no_grad():
+        full_t = teacher_logits(model, batch, context)[:, :-1]  # target-aligned (B, T-1, V)
+        full_s = student_logits(model, batch)[:, :-1]
+        packed_t = teacher_logits(model, batch, context, positions="packed")  # (B, S, V)
+        packed_s = student_logits(model, batch, positions="packed")
+    targets, mask = packed_targets(batch)
+    counts = batch.target_mask.sum(1)
+    assert packed_t.shape == (3, int(counts.max()), full_t.shape[-1])
+    assert mask.sum(1).tolist() == counts.tolist()
+    torch.testing.assert_close(packed_t[mask], full_t[batch.target_mask], atol=ATOL, rtol=0)
+    torch.testing.assert_close(targets[mask], batch.targets[batch.target_mask])
+    losses = pytest.importorskip("lopd.losses")
+    full = losses.topm_tail_reverse_kl(full_s, full_t, batch.target_mask, top_m=5)
+    packed = losses.topm_tail_reverse_kl(packed_s, packed_t, mask, top_m=5)
+    torch.testing.assert_close(packed, full, atol=1e-5, rtol=0)
 
 
 def test_latent_context_is_causal(peft_model):
@@ -197,3 +220,30 @@ def test_backbone_gets_no_gradient_composer_does(peft_model):
     for name, param in composer.compressor.named_parameters():
         assert param.grad is not None, name
     model.delete_adapter("composer")
+
+
+def test_full_finetune_wiring_composer_on_the_frozen_copy():
+    """Fully fine-tuned student: the composer lives on the frozen teacher copy, and the teacher
+    is that copy's PeftModel (composer adapter disabled in the teacher pass)."""
+    torch.manual_seed(0)
+    student, tokenizer = load_model("tiny-random")
+    frozen = freeze(copy.deepcopy(student))
+    batch = make_batch(random_rows([8, 6], seed=5), [3, 2])
+    with torch.no_grad():
+        reference = frozen(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    composer = Composer(frozen, tokenizer, ComposerConfig(num_queries=2, n_layers=1,
+                                                          lora=LoraSpec(r=4)))
+    teacher = composer.model  # PeftModel around the frozen copy
+    with torch.no_grad():
+        for param in composer.lora_parameters().values():
+            param.normal_(0, 0.05)
+        plain = teacher_logits(student, batch, teacher_model=teacher)
+    for got, ref in zip(real_rows(plain, batch), real_rows(reference, batch)):
+        torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+    context, mask = composer.compose(["t1", "t2"], [["e1"], ["e2", "e3"]])
+    t_logits = teacher_logits(student, batch, context, mask, "supervised", teacher_model=teacher)
+    s_logits = student_logits(student, batch, "supervised")
+    (t_logits.logsumexp(-1).sum() + s_logits.logsumexp(-1).sum()).backward()
+    assert all(p.grad is not None for p in composer.trainable_parameters())
+    assert all(p.grad is None for n, p in teacher.named_parameters() if "lora_" not in n)
+    assert student.get_input_embeddings().weight.grad is not None
