@@ -89,7 +89,7 @@ def _cmd_sft(args: argparse.Namespace) -> int:
     from lopd.sft import run_sft
 
     run_sft(model=args.model, suite=args.suite, out_dir=args.out, steps=args.steps,
-            threads=args.threads)
+            threads=args.threads, batch_size=args.batch_size, lr=args.lr)
     return 0
 
 
@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, default=0, help="tasks per suite (0 = all)")
     ev.add_argument("--out", default="runs/eval", help="where eval.json and eval.md go")
     ev.add_argument("--threads", type=int, default=2)
-    ev.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "bf16-autocast"])
+    ev.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "bf16-autocast"],
+                    help="auto = bf16 where it is fast (GPU, AVX-512 BF16, AMX), else fp32")
     ev.add_argument("--max-new-tokens", type=int, default=192)
     ev.add_argument("--batch-size", type=int, default=32, help="episodes generated together")
     ev.set_defaults(func=_cmd_eval)
@@ -158,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", default="runs/sft")
     sft.add_argument("--steps", type=int, default=60)
     sft.add_argument("--threads", type=int, default=2)
+    sft.add_argument("--batch-size", type=int, default=4)
+    sft.add_argument("--lr", type=float, default=5e-4)
     sft.set_defaults(func=_cmd_sft)
 
     export = sub.add_parser("export", help="write the trained student as an HF/PEFT directory")

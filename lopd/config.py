@@ -30,8 +30,9 @@ class ConfigError(ValueError):
 class ModelConfig:
     name: str = "smollm2-135m"
     """Backbone: smollm2-135m (embedded default), tiny-random (tests) or a local HF directory."""
-    dtype: str = "bf16-autocast"
-    """fp32 | bf16 (bf16 weights) | bf16-autocast (fp32 weights, bf16 matmuls)."""
+    dtype: str = "auto"
+    """auto (bf16-autocast where bf16 is fast: GPU, AVX-512 BF16, AMX; else fp32) | fp32 |
+    bf16 (bf16 weights) | bf16-autocast (fp32 weights, bf16 matmuls)."""
     student: str = "lora"
     """lora: the student is a LoRA adapter on the frozen base (the base is the teacher);
     full: full fine-tuning with a separate frozen teacher copy."""
@@ -194,7 +195,8 @@ def validate(config: Config) -> Config:
     """Reject values that cannot work, naming the field."""
     checks = [
         (config.method.name in METHODS, "method.name", f"one of {', '.join(METHODS)}"),
-        (config.model.dtype in ("fp32", "bf16", "bf16-autocast"), "model.dtype", "fp32, bf16 or bf16-autocast"),
+        (config.model.dtype in ("auto", "fp32", "bf16", "bf16-autocast"), "model.dtype",
+         "auto, fp32, bf16 or bf16-autocast"),
         (config.model.student in ("lora", "full"), "model.student", "lora or full"),
         (config.model.lora_r > 0, "model.lora_r", "> 0"),
         (config.method.top_m >= 1, "method.top_m", ">= 1"),

@@ -76,7 +76,7 @@ def markdown_table(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_policy(model: str, adapter: str = "", dtype: str = "bf16"):
+def load_policy(model: str, adapter: str = "", dtype: str = "auto"):
     """(model, tokenizer) with an optional PEFT adapter merged in for fast generation."""
     from lopd.models import load_model
 
@@ -90,7 +90,7 @@ def load_policy(model: str, adapter: str = "", dtype: str = "bf16"):
 
 
 def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs/eval",
-             adapter: str = "", threads: int = 2, dtype: str = "bf16", max_new_tokens: int = 192,
+             adapter: str = "", threads: int = 2, dtype: str = "auto", max_new_tokens: int = 192,
              batch_size: int = 32, seed: int = 0) -> dict[str, dict]:
     """`lopd eval`: evaluate on each suite and write ``eval.json`` + ``eval.md`` to ``out_dir``."""
     from rich.progress import Progress
@@ -98,13 +98,13 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
     from lopd.chat import ChatRenderer
     from lopd.envs import load_suite
     from lopd.generation import HFBackend
-    from lopd.models import setup_runtime
+    from lopd.models import resolve_dtype, setup_runtime
 
     setup_runtime(threads=threads, seed=seed)
     policy, tokenizer = load_policy(model, adapter, dtype)
     renderer = ChatRenderer(tokenizer)
     backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id,
-                        autocast=dtype == "bf16-autocast")
+                        autocast=resolve_dtype(dtype) == "bf16-autocast")
     context = int(getattr(policy.config, "max_position_embeddings", 8192) or 8192)
     results: dict[str, dict] = {}
     started = time.time()

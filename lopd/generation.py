@@ -8,6 +8,8 @@ CPU it is much faster than ``model.generate()`` and gives the same greedy output
   does not shift positions;
 - the prefill computes the LM head for the last position only (``logits_to_keep=1``): the
   full-vocabulary head over every prompt token is the largest cost for a 135M model;
+- identical prompts (the G rollouts of one task start from the same prompt) are prefilled once
+  and their KV cache rows are copied; on a CPU, prefill of long tool prompts dominates;
 - rows that finish (end-of-turn token or budget) leave the batch and their KV cache rows are
   dropped, so the remaining rows decode at the cost of a smaller batch.
 
@@ -93,9 +95,16 @@ class HFBackend:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         generator = torch.Generator(device="cpu").manual_seed(params.seed)
-        ids, attention = self._left_pad(prompts)
+        first_of: dict[tuple[int, ...], int] = {}
+        unique = [first_of.setdefault(tuple(p), len(first_of)) for p in prompts]
+        distinct = [list(p) for p in first_of]
+        ids, attention = self._left_pad(distinct)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         logits, cache = self._forward(ids, attention, positions, None)
+        if len(distinct) < len(prompts):  # copy shared prefills to every row that asked for them
+            expand = torch.tensor(unique, device=self.device)
+            cache.batch_select_indices(expand)
+            logits, attention, positions = logits[expand], attention[expand], positions[expand]
         outputs: list[list[int]] = [[] for _ in prompts]
         alive = torch.arange(len(prompts))  # original row of each batch row
         stop_ids = self.stop_ids.to(self.device)

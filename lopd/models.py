@@ -34,6 +34,7 @@ TINY = "tiny-random"
 BUILTIN_MODELS = (SMOLLM2, TINY)
 _MARKER = ".lopd-complete"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-autocast": torch.float32}
+DTYPE_CHOICES = ("auto", *_DTYPES)
 
 
 class ModelNotAvailable(RuntimeError):
@@ -70,8 +71,34 @@ def setup_runtime(threads: int | None = None, seed: int | None = None) -> None:
         torch.manual_seed(seed)
 
 
+def fast_bf16() -> bool:
+    """True where bf16 matmuls are fast: a GPU, or a CPU with AVX-512 BF16 or AMX.
+
+    On CPUs without them (AVX2 only) PyTorch emulates bf16: measured here, a SmolLM2-135M
+    forward+backward took 171 s with bf16 autocast vs 11 s in fp32, and generation ran at
+    10 vs 28 tokens/s.
+    """
+    if torch.cuda.is_available():
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(name: str) -> str:
+    """``auto`` -> ``bf16-autocast`` where bf16 is fast (``fast_bf16``), else ``fp32``."""
+    if name == "auto":
+        return "bf16-autocast" if fast_bf16() else "fp32"
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPE_CHOICES}, got {name!r}")
+    return name
+
+
 def torch_dtype(name: str) -> torch.dtype:
     """Weight dtype for a dtype setting (``bf16-autocast`` keeps fp32 weights)."""
+    name = resolve_dtype(name)
     if name not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
     return _DTYPES[name]
@@ -79,7 +106,7 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def autocast_context(dtype: str):
     """A context manager that enables CPU bf16 autocast when ``dtype == 'bf16-autocast'``."""
-    enabled = dtype == "bf16-autocast"
+    enabled = resolve_dtype(dtype) == "bf16-autocast"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=enabled)
 

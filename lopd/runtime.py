@@ -21,6 +21,7 @@ import torch
 from lopd.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from lopd.config import Config, save_config
 from lopd.contexts import LatentContextProvider, StepContext, text_context
+from lopd.models import resolve_dtype
 from lopd.types import Trajectory
 
 STUDENT = "default"
@@ -99,7 +100,7 @@ class Runtime:
         envs, groups = make_group_envs(tasks, cfg.optim.group_size, make_env,
                                        cfg.rollout.max_steps, seed=step)
         backend = HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
-                            autocast=cfg.model.dtype == "bf16-autocast")
+                            autocast=resolve_dtype(cfg.model.dtype) == "bf16-autocast")
         self.model.eval()
         return run_episodes(envs, backend, self.renderer, cfg.rollout,
                             seed=cfg.run.seed * 1_000_003 + step, groups=groups)
@@ -165,7 +166,7 @@ class Runtime:
 
         cfg = self.config
         backend = HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
-                            autocast=cfg.model.dtype == "bf16-autocast")
+                            autocast=resolve_dtype(cfg.model.dtype) == "bf16-autocast")
         rollout = RolloutConfig(max_steps=cfg.rollout.max_steps,
                                 max_new_tokens=cfg.rollout.max_new_tokens,
                                 max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
@@ -258,7 +259,7 @@ def _build_model(config: Config):
     from lopd.models import LoraSpec, add_adapter, freeze, load_model, setup_runtime
 
     setup_runtime(threads=config.run.threads, seed=config.run.seed)
-    weights_dtype = "bf16" if config.model.dtype == "bf16" else "fp32"
+    weights_dtype = "bf16" if resolve_dtype(config.model.dtype) == "bf16" else "fp32"
     model, tokenizer = load_model(config.model.name, dtype=weights_dtype)
     teacher = None
     if config.model.student == "full":

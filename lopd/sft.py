@@ -33,8 +33,8 @@ def sft_loss(model, trajs, pad_id: int) -> torch.Tensor:
 
 
 def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir: str = "runs/sft",
-            steps: int = 60, threads: int = 2, batch_size: int = 8, lr: float = 5e-4,
-            lora_r: int = 16, n_tasks: int = 400, seed: int = 0, dtype: str = "bf16-autocast") -> Path:
+            steps: int = 60, threads: int = 2, batch_size: int = 4, lr: float = 5e-4,
+            lora_r: int = 16, n_tasks: int = 400, seed: int = 0, dtype: str = "auto") -> Path:
     from rich.progress import Progress
 
     from lopd.chat import ChatRenderer

@@ -30,6 +30,17 @@ def test_greedy_matches_generate_on_ragged_batch(tiny):
         assert tokens == _greedy_reference(model, prompt, 12, renderer.stop_ids)
 
 
+def test_shared_prompts_are_prefilled_once_with_the_same_result(tiny):
+    model, tokenizer = tiny
+    renderer, prompts = _prompts(tokenizer)
+    backend = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id)
+    greedy = SamplingParams(max_new_tokens=10, temperature=0)
+    together = backend.generate([prompts[0], prompts[1], prompts[0]], greedy)
+    assert together == [backend.generate([p], greedy)[0] for p in (prompts[0], prompts[1], prompts[0])]
+    sampled = backend.generate([prompts[0]] * 6, SamplingParams(max_new_tokens=10, temperature=1.5))
+    assert len({tuple(s) for s in sampled}) > 1  # copied prefills still sample independently
+
+
 def test_sampling_is_seeded_and_respects_top_p():
     logits = torch.tensor([[5.0, 4.0, -10.0, -10.0]]).repeat(200, 1)
     first = sample_next(logits, 1.0, 1.0, torch.Generator().manual_seed(3))
