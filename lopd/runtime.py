@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lopd import distributed
 from lopd.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from lopd.config import Config, save_config
 from lopd.contexts import LatentContextProvider, StepContext, text_context
@@ -110,8 +111,12 @@ class Runtime:
         from lopd.experience.condense import experience_from_trajectory
 
         wins = [t for t in trajs if t.success]
-        if self.retriever is not None and wins:
-            self.retriever.add([experience_from_trajectory(t, step) for t in wins])
+        if self.retriever is not None:
+            if wins:
+                self.retriever.add([experience_from_trajectory(t, step) for t in wins])
+            if distributed.world()[1] > 1:  # other processes' rows
+                distributed.barrier()
+                self.retriever.sync()
         if self.skills is not None and wins:
             self.skills.add_from(wins, step)
 
@@ -149,6 +154,9 @@ class Runtime:
         return float(anchor.detach())
 
     def optimizer_step(self) -> None:
+        distributed.sync_gradients(self.student_parameters())
+        if self.composer_opt is not None:
+            distributed.sync_gradients(self.composer.trainable_parameters())
         clip = self.config.optim.grad_clip
         if clip:
             torch.nn.utils.clip_grad_norm_(self.student_parameters(), clip)
@@ -329,11 +337,14 @@ def _attach_latent(rt: Runtime) -> None:
         rt.teacher_model = rt.composer.model  # the wrapped copy, so adapters can be disabled
     rt.bank = ExperienceBank(bank_path(rt.out))
     rt.retriever = Retriever(rt.bank, Embedder())
-    if rt.bank.count() == 0 and cfg.seed_experiences:
-        seed_bank(rt, cfg.seed_experiences)
     phi0 = rt.out / "composer_phi0"
-    if not (phi0 / "composer.safetensors").exists():
-        run_cold_start(rt, phi0)
+    if distributed.is_main():  # seed + cold start once; the other processes load the result
+        if rt.bank.count() == 0 and cfg.seed_experiences:
+            seed_bank(rt, cfg.seed_experiences)
+        if not (phi0 / "composer.safetensors").exists():
+            run_cold_start(rt, phi0)
+    distributed.barrier()
+    rt.retriever.sync()
     rt.composer.load(phi0)
     rt.anchor_composer.load(phi0).requires_grad_(False)
     rt.provider = LatentContextProvider(rt.composer, rt.retriever, cfg.num_experiences,

@@ -28,6 +28,7 @@ import torch
 
 from lopd import losses
 from lopd.batch import collate
+from lopd import distributed
 from lopd.config import Config, save_config
 from lopd.contexts import StepContext
 from lopd.methods import LossTerms, distill_loss, grpo_micro_loss
@@ -37,10 +38,13 @@ from lopd.types import Trajectory
 
 class Trainer:
     def __init__(self, config: Config, resume: bool = False):
+        distributed.init_from_launcher()
         self.config = config
+        self.main = distributed.is_main()
         self.out = Path(config.run.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        save_config(config, self.out / "config.yaml")
+        if self.main:
+            save_config(config, self.out / "config.yaml")
         self.rt: Runtime = build_runtime(config, self.out)
         self.step = 0
         self.rollouts = 0
@@ -49,15 +53,18 @@ class Trainer:
         if resume:
             self.step, self.rollouts, self.beta, self.beta_history = self.rt.restore()
         self.metrics_path = self.out / "metrics.jsonl"
-        if not resume and self.metrics_path.exists():
+        if self.main and not resume and self.metrics_path.exists():
             self.metrics_path.unlink()
-        self.writer = self.rt.tensorboard(self.out) if config.run.tensorboard else None
+        self.writer = self.rt.tensorboard(self.out) if config.run.tensorboard and self.main else None
 
     # -- one step ------------------------------------------------------------------------------
     def sample_tasks(self, step: int):
+        """The step's tasks from the (seed, step) stream; under data parallelism, this
+        process's slice of them."""
         rng = random.Random(self.config.run.seed * 1_000_003 + step)
-        return rng.sample(self.rt.train_tasks, min(self.config.optim.tasks_per_step,
-                                                   len(self.rt.train_tasks)))
+        tasks = rng.sample(self.rt.train_tasks, min(self.config.optim.tasks_per_step,
+                                                    len(self.rt.train_tasks)))
+        return distributed.shard(tasks)
 
     def train_step(self, step: int) -> dict:
         timings: dict[str, float] = {}
@@ -65,7 +72,7 @@ class Trainer:
         tasks = self.sample_tasks(step)
         trajs = self.rt.rollout(tasks, step)
         timings["generate"] = time.perf_counter() - started
-        self.rollouts += len(trajs)
+        self.rollouts += round(distributed.mean_scalar(len(trajs)) * distributed.world()[1])
         self.rt.update_bank(trajs, step)
 
         mark = time.perf_counter()
@@ -75,8 +82,8 @@ class Trainer:
         mark = time.perf_counter()
         terms, anchor = self.update(trajs, context, timings)
         timings["update"] = time.perf_counter() - mark - timings.get("teacher", 0.0)
-        delta = terms.delta / max(terms.rows, 1)
-        if self.config.method.name == "lopd" and terms.rows:
+        delta = distributed.mean_scalar(terms.delta / max(terms.rows, 1))
+        if self.config.method.name == "lopd" and distributed.mean_scalar(terms.rows) > 0:
             self.beta = losses.dual_update(self.beta, self.config.method.margin, delta,
                                            self.config.method.beta_lr)
         self.beta_history.append(self.beta)
@@ -148,6 +155,8 @@ class Trainer:
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def log(self, metrics: dict) -> None:
+        if not self.main:
+            return
         with self.metrics_path.open("a") as handle:
             handle.write(json.dumps(metrics) + "\n")
         if self.writer is not None:
@@ -156,10 +165,17 @@ class Trainer:
                     self.writer.add_scalar(key, value, metrics["step"])
             self.writer.flush()
 
-    def checkpoint(self) -> Path:
-        return self.rt.save(self.step, self.rollouts, self.beta, self.beta_history)
+    def checkpoint(self) -> Path | None:
+        path = None
+        if self.main:
+            path = self.rt.save(self.step, self.rollouts, self.beta, self.beta_history)
+        distributed.barrier()
+        return path
 
     def evaluate(self) -> dict:
+        """Held-out evaluation (main process only)."""
+        if not self.main:
+            return {}
         summary = self.rt.evaluate()
         record = {"step": self.step, "rollouts": self.rollouts, **{
             f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}}
@@ -174,7 +190,7 @@ class Trainer:
         history = []
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"))
-        with Progress(*columns) as bar:
+        with Progress(*columns, disable=not self.main) as bar:
             job = bar.add_task(f"{cfg.method.name} training", total=cfg.optim.steps,
                                completed=self.step, status="")
             while self.step < cfg.optim.steps:
@@ -198,5 +214,6 @@ def train(config: Config, resume: bool = False) -> Trainer:
     trainer.fit()
     if config.data.eval_tasks >= 0 and not config.run.eval_every:
         trainer.evaluate()
-    print(f"run directory: {trainer.out}")
+    if trainer.main:
+        print(f"run directory: {trainer.out}")
     return trainer

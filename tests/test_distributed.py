@@ -1,0 +1,40 @@
+"""Two-process data parallelism under `accelerate launch --cpu` (gloo) on the tiny model."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lopd.distributed import shard, world
+
+
+def test_single_process_defaults():
+    assert world() == (0, 1)
+    assert shard([1, 2, 3]) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("method", ["lopd"])
+def test_two_processes_train_and_agree(tmp_path, method):
+    out = tmp_path / "run"
+    launcher = Path(sys.executable).with_name("accelerate")
+    command = [
+        str(launcher), "launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lopd.cli", "train",
+        f"method.name={method}", "model.name=tiny-random", "model.dtype=fp32", "optim.steps=2",
+        "optim.tasks_per_step=2", "optim.group_size=2", "rollout.max_steps=2",
+        "rollout.max_new_tokens=8", "data.max_train_tasks=30", "data.eval_tasks=2",
+        "method.latent_tokens=4", "method.num_experiences=2", "method.seed_experiences=10",
+        "method.cold_start_steps=1", "run.threads=1", "run.tensorboard=false",
+        f"run.out_dir={out}",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "reward" in r]
+    assert [r["step"] for r in train] == [0, 1]
+    assert train[-1]["rollouts"] == 8  # counted over both processes: 2 tasks x 2 rollouts x 2 steps
+    assert (out / "checkpoints").is_dir()
