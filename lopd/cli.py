@@ -52,7 +52,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     run_eval(model=args.model, suites=args.suite.split(","), limit=args.limit, out_dir=args.out,
              adapter=args.adapter, threads=args.threads, dtype=args.dtype,
-             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+             max_steps=args.max_steps)
     return 0
 
 
@@ -136,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "bf16-autocast"],
                     help="auto = bf16 where it is fast (GPU, AVX-512 BF16, AMX), else fp32")
     ev.add_argument("--max-new-tokens", type=int, default=192)
+    ev.add_argument("--max-steps", type=int, default=30,
+                    help="assistant turns per ToolWorld/code episode (paper: 30); BFCL has its own")
     ev.add_argument("--batch-size", type=int, default=32, help="episodes generated together")
     ev.set_defaults(func=_cmd_eval)
 

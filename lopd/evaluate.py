@@ -91,7 +91,7 @@ def load_policy(model: str, adapter: str = "", dtype: str = "auto"):
 
 def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs/eval",
              adapter: str = "", threads: int = 2, dtype: str = "auto", max_new_tokens: int = 192,
-             batch_size: int = 32, seed: int = 0) -> dict[str, dict]:
+             batch_size: int = 32, seed: int = 0, max_steps: int = 30) -> dict[str, dict]:
     """`lopd eval`: evaluate on each suite and write ``eval.json`` + ``eval.md`` to ``out_dir``."""
     from rich.progress import Progress
 
@@ -112,7 +112,7 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
         for suite in suites:
             tasks = load_suite(suite, n=limit or None)
             # BFCL caps steps per user turn itself (20); the engine's cap covers whole episodes
-            rollout = RolloutConfig(max_steps=400 if suite.startswith("bfcl") else 30,
+            rollout = RolloutConfig(max_steps=400 if suite.startswith("bfcl") else max_steps,
                                     max_new_tokens=max_new_tokens, temperature=0.0,
                                     max_context_tokens=min(context, 8192))
             job = bar.add_task(suite, total=len(tasks))
@@ -121,7 +121,7 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
             results[suite] = summarize(trajs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": model, "adapter": adapter, "dtype": dtype, "limit": limit,
+    meta = {"model": model, "adapter": adapter, "dtype": dtype, "limit": limit, "max_steps": max_steps,
             "max_new_tokens": max_new_tokens, "seconds": round(time.time() - started, 1)}
     (out / "eval.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     (out / "eval.md").write_text(f"# Evaluation of {model}{' + ' + adapter if adapter else ''}\n\n"

@@ -77,3 +77,100 @@ def test_real_smollm2_greedy_matches_generate_and_calls_a_tool():
     parsed = [parse_tool_calls(tokenizer.decode(s, skip_special_tokens=True), [tool]) for s in samples]
     assert any(p.calls and p.calls[0].name == "get_weather" for p in parsed), [
         tokenizer.decode(s) for s in samples]
+
+
+# -- cross-turn prefix reuse ---------------------------------------------------------------------
+
+class EchoEnv:
+    """Scripted multi-turn environment: answers each turn with a tool message, ends after
+    ``turns`` turns (the tool message quotes the turn, so observations differ per episode)."""
+
+    def __init__(self, task, seed=0, max_steps=30):
+        self.task, self.turns, self.calls = task, int(task.metadata["turns"]), 0
+
+    def reset(self):
+        from lopd.types import ResetResult
+
+        return ResetResult([{"role": "system", "content": "You count. " * 8},
+                            {"role": "user", "content": self.task.prompt}], [])
+
+    def step(self, text):
+        from lopd.types import StepResult
+
+        self.calls += 1
+        if self.calls >= self.turns:
+            return StepResult([], 1.0, True, {"tool_calls": self.calls})
+        return StepResult([{"role": "tool", "content": f"result {self.calls}: {text[:12]!r}"}],
+                          0.0, False, {"tool_calls": self.calls})
+
+
+def _echo_rollouts(tiny, prefix_cache, temperature=0.0, extra_stops=frozenset()):
+    from lopd.rollout import RolloutConfig, run_episodes
+    from lopd.types import Task
+
+    model, tokenizer = tiny
+    renderer = ChatRenderer(tokenizer)
+    backend = HFBackend(model, set(renderer.stop_ids) | set(extra_stops), tokenizer.pad_token_id,
+                        prefix_cache=prefix_cache)
+    tasks = [Task(f"t{i}", "test", "count", "count " * i, metadata={"turns": t})
+             for i, t in enumerate((1, 3, 2, 4, 3))]
+    config = RolloutConfig(max_steps=6, max_new_tokens=7, temperature=temperature)
+    trajs = run_episodes([EchoEnv(t) for t in tasks], backend, renderer, config, seed=1)
+    return backend, [t.input_ids for t in trajs]
+
+
+def test_prefix_cache_gives_identical_multi_turn_rollouts(tiny):
+    _, greedy_off = _echo_rollouts(tiny, False)
+    _, greedy_on = _echo_rollouts(tiny, True)
+    assert greedy_on == greedy_off
+    # The tiny random model is near-uniform when sampled: with every 7th id a stop id, turns end
+    # at different steps (rows leave the batch mid-turn) and episodes at different rounds.
+    stops = set(range(3, len(tiny[1]), 7))
+    off_backend, off = _echo_rollouts(tiny, False, temperature=1.0, extra_stops=stops)
+    on_backend, on = _echo_rollouts(tiny, True, temperature=1.0, extra_stops=stops)
+    assert on == off  # same seeded draws on the same logits (up to float rounding)
+    assert len({len(ids) for ids in on}) == len(on)
+    assert off_backend.reused_tokens == 0 and on_backend.reused_tokens > 0
+    assert on_backend.prefilled_tokens + on_backend.reused_tokens == off_backend.prefilled_tokens
+    assert on_backend.prefilled_tokens < off_backend.prefilled_tokens / 2
+    _, again = _echo_rollouts(tiny, True, temperature=1.0, extra_stops=stops)
+    assert again == on  # seeded sampling stays deterministic
+
+
+def test_extending_a_cached_sequence_gives_full_prefill_logits(tiny):
+    model, tokenizer = tiny
+    renderer, prompts = _prompts(tokenizer)
+    backend = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id)
+    out = backend.generate(prompts[:2], SamplingParams(max_new_tokens=5, temperature=0))
+    tool = renderer.render_message({"role": "tool", "content": "42"})[0]
+    extended = [prompts[0] + out[0] + tool, prompts[1] + out[1] + tool[:2], prompts[2]]
+    logits, *_ = backend._prefill(extended)  # rows: long past, short past, no past
+    assert backend.reused_tokens == sum(len(p) + len(o) - 1 for p, o in zip(prompts, out))
+    plain = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id, prefix_cache=False)
+    reference, *_ = plain._prefill(extended)
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+    with torch.no_grad():
+        alone = model(input_ids=torch.tensor([extended[0]])).logits[0, -1]
+    torch.testing.assert_close(logits[0], alone, atol=1e-4, rtol=0)
+
+
+def test_prefix_cache_keeps_only_the_latest_call_within_its_bound(tiny):
+    model, tokenizer = tiny
+    renderer, prompts = _prompts(tokenizer)
+    greedy = SamplingParams(max_new_tokens=3, temperature=0)
+    backend = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id)
+    backend.generate(prompts[:2], greedy)
+    backend.generate([prompts[2]], greedy)
+    assert [len(ids) for ids in backend._entries] == [len(prompts[2]) + 2]
+    assert next(iter(backend._entries))[:len(prompts[2])] == tuple(prompts[2])
+    bounded = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id,
+                        max_cached_tokens=len(prompts[0]) + 2)
+    bounded.generate(prompts, greedy)
+    assert sum(len(ids) for ids in bounded._entries) <= len(prompts[0]) + 2
+    # an in-place weight update (an optimizer step) makes the stored KV stale: it is dropped
+    out = backend.generate([prompts[2]], greedy)
+    with torch.no_grad():
+        next(model.parameters()).mul_(1.0)
+    before = backend.reused_tokens
+    backend.generate([prompts[2] + out[0]], greedy)
+    assert backend.reused_tokens == before
