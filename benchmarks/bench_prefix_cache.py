@@ -6,7 +6,11 @@ whole conversation. Both runs use the same model, dtype, thread count and episod
 wall time, new (sampled) tokens/s, prompt tokens prefilled vs reused, time per round, and
 whether the trajectories (token ids) are identical.
 
-    .venv/bin/python benchmarks/bench_prefix_cache.py [--tasks 8] [--threads 1]
+    .venv/bin/python benchmarks/bench_prefix_cache.py [--tasks 8] [--threads 1] \
+        [--adapter runs/sft/adapter]
+
+The vanilla model rarely calls a tool, so its episodes end after one round; ``--adapter`` adds
+a run with a tool-calling adapter (merged), whose episodes last several rounds.
 
 Writes benchmarks/results/prefix_cache.json and prefix_cache.md.
 """
@@ -25,7 +29,7 @@ import torch
 from lopd.chat import ChatRenderer
 from lopd.envs import load_suite, make_env
 from lopd.generation import HFBackend
-from lopd.models import load_model, setup_runtime
+from lopd.models import setup_runtime
 from lopd.rollout import RolloutConfig, run_episodes
 
 RESULTS = Path(__file__).parent / "results"
@@ -75,59 +79,79 @@ def run(model, tokenizer, tasks, config, prefix_cache: bool):
 
 
 def write_markdown(result: dict, command: str) -> None:
-    on, off = result["prefix_cache_on"], result["prefix_cache_off"]
-    rows = "".join(
-        f"| {name} | {r['episodes']} | {r['turns']} | {r['new_tokens']} | "
-        f"{r['prompt_tokens_prefilled']} | {r['prompt_tokens_reused']} | {r['seconds']} | "
-        f"{r['tokens_per_s']} | {' / '.join(str(s) for s in r['round_seconds'])} |\n"
-        for name, r in (("off (full prefill)", off), ("on (prefix reuse)", on)))
+    rows, notes = "", ""
+    for case in result["cases"]:
+        on, off = case["prefix_cache_on"], case["prefix_cache_off"]
+        for name, r in (("off", off), ("on", on)):
+            rows += (f"| {case['policy']} | {name} | {r['episodes']} | {r['turns']} | "
+                     f"{r['new_tokens']} | {r['prompt_tokens_prefilled']} | "
+                     f"{r['prompt_tokens_reused']} | {r['seconds']} | {r['tokens_per_s']} | "
+                     f"{' / '.join(str(s) for s in r['round_seconds'])} |\n")
+        notes += (f"- {case['policy']}: speed-up **{case['speedup']:.2f}x** wall time; "
+                  f"trajectories identical token for token: **{case['identical_trajectories']}**."
+                  "\n")
     (RESULTS / "prefix_cache.md").write_text(
         "# Cross-turn prefix reuse in HFBackend\n\n"
         f"Command: `{command}`\n\n"
-        f"{result['model']} ({result['dtype']}), {result['tasks']} ToolWorld test tasks, greedy, "
-        f"up to {result['max_steps']} turns of at most {result['max_new_tokens']} new tokens. "
+        f"{result['model']} (fp32), {result['tasks']} ToolWorld test tasks, greedy, up to "
+        f"{result['max_steps']} turns of at most {result['max_new_tokens']} new tokens; the same "
+        "episodes with `HFBackend(prefix_cache=False)` then `prefix_cache=True`. "
         f"Machine: {result['machine']}, torch {result['torch']} with {result['threads']} thread; "
         "the 2 cores were shared with another job (a model evaluation) during the run "
         f"(load average {result['load_average_start']} at start, "
-        f"{result['load_average_end']} at end), so absolute times are noisy; both modes ran "
-        "back to back under the same load.\n\n"
-        "| prefix cache | episodes | turns | new tokens | prompt tokens prefilled | "
+        f"{result['load_average_end']} at end), so absolute times are noisy; the two modes of a "
+        "policy ran back to back under the same load. Whole run "
+        f"{result['total_seconds']} s.\n\n"
+        "| policy | prefix cache | episodes | turns | new tokens | prompt tokens prefilled | "
         "prompt tokens reused | seconds | new tokens/s | seconds per round |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|\n" + rows +
-        f"\nSpeed-up: **{result['speedup']:.2f}x** wall time. Trajectories identical token for "
-        f"token: **{result['identical_trajectories']}**.\n")
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n" + rows + "\n" + notes +
+        "\nThe vanilla model answers in prose at the first turn (no tool call), so its episodes "
+        "end after one round and there is nothing to reuse: that row measures the overhead of "
+        "storing the KV. The adapter (a cold-start SFT LoRA, merged; `runs/sft/adapter` is "
+        "produced by `lopd sft` and not in git) calls tools, so its episodes run several "
+        "rounds.\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--adapter", default="",
+                        help="also run with this PEFT adapter merged (one that calls tools)")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
+    from lopd.evaluate import load_policy
+
+    started = time.perf_counter()
     setup_runtime(threads=args.threads, seed=0)
-    model, tokenizer = load_model(args.model, dtype="fp32")
     tasks = load_suite("toolworld-test", n=args.tasks)
     config = RolloutConfig(max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
                            temperature=0.0)
     load_start = round(os.getloadavg()[0], 2)
-    off, off_ids = run(model, tokenizer, tasks, config, prefix_cache=False)
-    on, on_ids = run(model, tokenizer, tasks, config, prefix_cache=True)
-    result = {"model": args.model, "dtype": "fp32", "threads": args.threads,
-              "tasks": args.tasks, "max_steps": args.max_steps,
-              "max_new_tokens": args.max_new_tokens, "temperature": 0.0,
-              "prefix_cache_off": off, "prefix_cache_on": on,
-              "speedup": round(off["seconds"] / on["seconds"], 2),
-              "identical_trajectories": on_ids == off_ids,
+    cases = []
+    for adapter in ["", args.adapter] if args.adapter else [""]:
+        model, tokenizer = load_policy(args.model, adapter, "fp32")
+        off, off_ids = run(model, tokenizer, tasks, config, prefix_cache=False)
+        on, on_ids = run(model, tokenizer, tasks, config, prefix_cache=True)
+        cases.append({"policy": f"{args.model} + {adapter}" if adapter else args.model,
+                      "prefix_cache_off": off, "prefix_cache_on": on,
+                      "speedup": round(off["seconds"] / on["seconds"], 2),
+                      "identical_trajectories": on_ids == off_ids})
+    result = {"model": args.model, "adapter": args.adapter, "dtype": "fp32",
+              "threads": args.threads, "tasks": args.tasks, "max_steps": args.max_steps,
+              "max_new_tokens": args.max_new_tokens, "temperature": 0.0, "cases": cases,
               "machine": f"{cpu_name()}, {os.cpu_count()} cores",
               "load_average_start": load_start, "load_average_end": round(os.getloadavg()[0], 2),
+              "total_seconds": round(time.perf_counter() - started, 1),
               "torch": torch.__version__}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "prefix_cache.json").write_text(json.dumps(result, indent=2))
     command = (f".venv/bin/python benchmarks/bench_prefix_cache.py --model {args.model} "
                f"--tasks {args.tasks} --threads {args.threads} --max-steps {args.max_steps} "
-               f"--max-new-tokens {args.max_new_tokens}")
+               f"--max-new-tokens {args.max_new_tokens}"
+               + (f" --adapter {args.adapter}" if args.adapter else ""))
     write_markdown(result, command)
     print(json.dumps(result, indent=2))
 

@@ -167,22 +167,27 @@ def test_sigkill_mid_batch_keeps_committed_rows(tmp_path):
 def test_reader_queries_while_writer_appends(tmp_path):
     path = tmp_path / "bank.sqlite"
     ExperienceBank(path).close()
+    go = tmp_path / "go"
     writer = run_py("""
-        import sys, numpy as np
+        import os, sys, time, numpy as np
         from lopd.experience.bank import Experience, ExperienceBank
         rng = np.random.default_rng(0)
+        while not os.path.exists(sys.argv[2]):  # start once the reader is ready
+            time.sleep(0.01)
         with ExperienceBank(sys.argv[1]) as bank:
             for b in range(40):
                 e = rng.standard_normal((50, 384)).astype(np.float32)
                 bank.add([Experience(f"t{b}-{i}", "d", "text", f"trace {b} {i}", step_added=b,
                                      embedding=e[i]) for i in range(50)])
+                time.sleep(0.02)  # leave the reader room even on a loaded machine
         print("ok")
-    """, str(path))
+    """, str(path), str(go))
     from lopd.experience.retriever import HashingEmbedder, Retriever
 
     seen = []
     with ExperienceBank(path) as bank:
         retriever = Retriever(bank, HashingEmbedder())
+        go.write_text("go")
         q = np.random.default_rng(1).standard_normal((4, 384)).astype(np.float32)
         deadline = time.time() + 60
         while time.time() < deadline:
