@@ -76,6 +76,12 @@ def markdown_table(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _report(bar, job, suite: str, done: int, total: int) -> None:
+    bar.update(job, completed=done)
+    if not bar.console.is_terminal:
+        bar.console.print(f"{suite}: {done}/{total} episodes")
+
+
 def load_policy(model: str, adapter: str = "", dtype: str = "auto"):
     """(model, tokenizer) with an optional PEFT adapter merged in for fast generation."""
     from lopd.models import load_model
@@ -117,7 +123,7 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
                                     max_context_tokens=min(context, 8192))
             job = bar.add_task(suite, total=len(tasks))
             trajs = evaluate_tasks(backend, renderer, tasks, rollout, batch_size, seed,
-                                   progress=lambda done, total: bar.update(job, completed=done))
+                                   progress=lambda done, total: _report(bar, job, suite, done, total))
             results[suite] = summarize(trajs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,8 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
             optimizer.step()
             losses.append(float(loss.detach()))
             bar.update(job, advance=1, description=f"sft loss {losses[-1]:.3f}")
+            if not bar.console.is_terminal:
+                bar.console.print(f"sft step {len(losses)}/{steps}: loss {losses[-1]:.3f}")
     out = Path(out_dir)
     student.save_pretrained(out / "adapter")
     tokenizer.save_pretrained(out / "adapter")

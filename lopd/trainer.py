@@ -198,9 +198,11 @@ class Trainer:
                 self.step += 1
                 self.log(metrics)
                 history.append(metrics)
-                bar.update(job, completed=self.step, status=(
-                    f"reward {metrics['reward']:.2f} distill {metrics['distill']:.3f} "
-                    f"beta {metrics['beta']:.3f}"))
+                status = (f"reward {metrics['reward']:.2f} distill {metrics['distill']:.3f} "
+                          f"beta {metrics['beta']:.3f} ({metrics['time/total']:.0f} s)")
+                bar.update(job, completed=self.step, status=status)
+                if not bar.console.is_terminal and self.main:  # logs to a file: one line a step
+                    bar.console.print(f"step {self.step}/{cfg.optim.steps}: {status}")
                 if cfg.run.eval_every and self.step % cfg.run.eval_every == 0:
                     self.evaluate()
                 if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.optim.steps:
