@@ -97,24 +97,26 @@ class HFBackend:
         self._fingerprint = self._weights_fingerprint()
 
     def _weights_fingerprint(self) -> tuple[int, str]:
-        versions = sum(p._version for p in self.model.parameters())
-        return versions, str(getattr(self.model, "active_adapter", None))
+        versions = sum(p._version for p in self.model.parameters())  # bumped by in-place updates
+        adapter = getattr(self.model, "active_adapter", None)  # PEFT: a name or a list of names
+        return versions, repr(adapter) if isinstance(adapter, (str, list, tuple)) else ""
 
     def _lookup(self, prompt: list[int]) -> torch.Tensor | None:
         """KV of the longest stored sequence that starts ``prompt``, leaving >= 1 token to run."""
         for length in sorted({len(ids) for ids in self._entries}, reverse=True):
             entry = self._entries.get(tuple(prompt[:length])) if length <= len(prompt) else None
-            if entry is not None and len(prompt) > 1:
-                return entry[:, :, :min(length, len(prompt) - 1)]
+            if entry is not None:
+                return entry[:, :, :min(length, len(prompt) - 1)] if len(prompt) > 1 else None
         return None
 
     def _store(self, fresh: dict, cache, attention, batch_rows, sequences) -> None:
         """Copy the KV of ``batch_rows`` (real positions only) into ``fresh``, keyed by ids."""
         from transformers.cache_utils import DynamicLayer
 
-        if not self.prefix_cache or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        layers = getattr(cache, "layers", None)
+        if not self.prefix_cache or not layers or any(type(x) is not DynamicLayer for x in layers):
             return  # sliding-window or other special layers do not keep the whole sequence
-        tensors = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
+        tensors = [layer.keys for layer in layers] + [layer.values for layer in layers]
         stored = sum(len(ids) for ids in fresh)
         for row, sequence in zip(batch_rows, sequences):
             real = attention[row].bool()
@@ -200,8 +202,8 @@ class HFBackend:
         stop_ids = self.stop_ids.to(self.device)
         fresh: dict[tuple[int, ...], torch.Tensor] = {}  # the prefix cache after this call
 
-        def store(batch_rows: torch.Tensor) -> None:  # the cache lacks the last sampled token
-            rows = alive[batch_rows.cpu()].tolist()
+        def store(batch_rows: torch.Tensor) -> None:  # reads the loop's current cache/attention
+            rows = alive[batch_rows.cpu()].tolist()  # the cache lacks the last sampled token
             self._store(fresh, cache, attention, batch_rows.tolist(),
                         [list(prompts[r]) + outputs[r] for r in rows])
 
