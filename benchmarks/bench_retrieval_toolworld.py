@@ -59,8 +59,8 @@ def main() -> None:
     (RESULTS / "retrieval_toolworld.json").write_text(json.dumps(result, indent=2))
     lines = ["# Retrieval quality on ToolWorld", "",
              f"`.venv/bin/python benchmarks/bench_retrieval_toolworld.py --bank-tasks {args.bank_tasks} --j {args.j}`",
-             "", f"Bank: condensed reference trajectories of {len(rows)} training tasks. Queries: the "
-             f"{len(test)} held-out test tasks (own task excluded). all-MiniLM-L6-v2 embeddings.", "",
+             "", (f"Bank: condensed reference trajectories of {len(rows)} training tasks. Queries: "
+                  f"the {len(test)} held-out test tasks (own task excluded). all-MiniLM-L6-v2."), "",
              f"**Share of top-{args.j} neighbours from the query's domain: {share:.3f}** (target >= 0.9)",
              "", "| domain | share |", "|---|---|"]
     lines += [f"| {k} | {v:.3f} |" for k, v in result["by_domain"].items()]

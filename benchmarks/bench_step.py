@@ -77,13 +77,13 @@ def main() -> None:
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()) + "`"
     (RESULTS / "step_time.md").write_text("\n".join([
         "# Step time: LOPD vs GRPO on the same batch", "", command, "",
-        f"{args.tasks} tasks x {args.group} rollouts, up to {args.max_steps} turns of "
-        f"{args.max_new_tokens} tokens, {args.threads} threads, fp32 (no fast bf16 on this CPU).", "",
+        (f"{args.tasks} tasks x {args.group} rollouts, up to {args.max_steps} turns of "
+         f"{args.max_new_tokens} tokens, {args.threads} threads, fp32 (no fast bf16 on this CPU)."), "",
         "| method | generate s | compose s | teacher s | update s | total s |",
         "|---|---|---|---|---|---|", *rows, "",
-        f"LOPD / GRPO step time: **{ratio:.2f}x** (target <= 1.25x); excluding generation: "
-        f"{train_ratio:.2f}x. LOPD setup (bank seeding + cold start, once per run): "
-        f"{lopd['setup_seconds']} s.", ""]))
+        (f"LOPD / GRPO step time: **{ratio:.2f}x** (target <= 1.25x); excluding generation: "
+         f"{train_ratio:.2f}x. LOPD setup (bank seeding + cold start, once per run): "
+         f"{lopd['setup_seconds']} s."), ""]))
     print(json.dumps(result, indent=2))
 
 

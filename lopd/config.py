@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,10 +249,11 @@ def field_docs(section_type: type) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(section_type))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
-            if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
-                docs[node.target.id] = " ".join(following.value.value.split())  # type: ignore[union-attr]
+    for node, following in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[node.target.id] = " ".join(following.value.value.split())  # type: ignore[union-attr]
     return docs
 
 

@@ -19,8 +19,8 @@ critique; Skill-SD summarises each successful task once with a greedy 48-token g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 

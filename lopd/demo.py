@@ -90,16 +90,17 @@ def write_report(out: Path, config: Config, before: dict, after: dict, trainer, 
     cs = json.loads(coldstart.read_text()) if coldstart.exists() else {}
     lines = [
         "# lopd demo", "",
-        f"Model {config.model.name} (LoRA warm start = \"vanilla\"), ToolWorld, "
-        f"{config.optim.steps} LOPD steps x {config.optim.tasks_per_step} tasks x "
-        f"{config.optim.group_size} rollouts; wall time {seconds / 60:.1f} min.", "",
+        (f"Model {config.model.name} (LoRA warm start = \"vanilla\"), ToolWorld, "
+         f"{config.optim.steps} LOPD steps x {config.optim.tasks_per_step} tasks x "
+         f"{config.optim.group_size} rollouts; wall time {seconds / 60:.1f} min."), "",
         f"| held-out ToolWorld ({before['n']} tasks) | success | mean reward |", "|---|---|---|",
         f"| vanilla (warm start) | {before['success']:.3f} | {before['reward']:.3f} |",
         f"| after LOPD | {after['success']:.3f} | {after['reward']:.3f} |", "",
     ]
     if "heldout_nll_context" in cs:
-        lines += [f"Cold start: held-out teacher NLL per action token {cs['heldout_nll_no_context']:.3f} "
-                  f"without latent context, {cs['heldout_nll_context']:.3f} with it.", ""]
+        lines += [(f"Cold start: held-out teacher NLL per action token "
+                   f"{cs['heldout_nll_no_context']:.3f} without latent context, "
+                   f"{cs['heldout_nll_context']:.3f} with it."), ""]
     lines += ["![reward curve](reward_curve.png)", "",
               f"Metrics: `{trainer.metrics_path}`; checkpoints under `{trainer.out / 'checkpoints'}`."]
     path = out / "report.md"

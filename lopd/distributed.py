@@ -16,7 +16,8 @@ global per-trajectory mean when processes hold equally many trajectories with si
 from __future__ import annotations
 
 import os
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 import torch
 
@@ -27,12 +28,12 @@ def world() -> tuple[int, int]:
     """(rank, world size); (0, 1) without a launcher."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def init_from_launcher() -> None:
     """Join the process group that `accelerate launch` / torchrun describe in the environment."""
-    if int(os.environ.get("WORLD_SIZE", 1)) > 1 and not torch.distributed.is_initialized():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
         from accelerate import PartialState
 
         PartialState(cpu=not torch.cuda.is_available())

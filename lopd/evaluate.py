@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from lopd.rollout import RolloutConfig, run_episodes
 from lopd.types import Task, Trajectory
@@ -123,7 +123,8 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
                                     max_context_tokens=min(context, 8192))
             job = bar.add_task(suite, total=len(tasks))
             trajs = evaluate_tasks(backend, renderer, tasks, rollout, batch_size, seed,
-                                   progress=lambda done, total: _report(bar, job, suite, done, total))
+                                   progress=lambda done, total, job=job, suite=suite: _report(
+                                       bar, job, suite, done, total))
             results[suite] = summarize(trajs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import torch
 
-from lopd import losses
+from lopd import distributed, losses
 from lopd.batch import collate
-from lopd import distributed
 from lopd.config import Config, save_config
 from lopd.contexts import StepContext
 from lopd.methods import LossTerms, distill_loss, grpo_micro_loss
@@ -184,7 +183,13 @@ class Trainer:
 
     def fit(self) -> list[dict]:
         """Run the remaining steps with a progress bar; returns the step metrics."""
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         cfg = self.config
         history = []

@@ -31,7 +31,8 @@ def test_two_processes_train_and_agree(tmp_path, method):
         f"run.out_dir={out}",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env,
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "reward" in r]
