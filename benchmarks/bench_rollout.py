@@ -4,9 +4,9 @@ Both run the same ToolWorld tasks with the same model, dtype, thread count, samp
 and turn budget; the baseline plays each episode alone, calling `model.generate()` once per
 turn (what a straightforward agent loop does). Reported: new (sampled) tokens per second.
 
-    .venv/bin/python benchmarks/bench_rollout.py [--tasks 16] [--model smollm2-135m]
+    .venv/bin/python benchmarks/bench_rollout.py [--tasks 16] [--model smollm2-135m] [--adapter DIR]
 
-Writes benchmarks/results/rollout.json and rollout.md.
+Writes benchmarks/results/rollout.{json,md} (rollout_adapter.* with --adapter).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import torch
 
 from lopd.chat import ChatRenderer
 from lopd.envs import load_suite, make_env
+from lopd.evaluate import load_policy
 from lopd.generation import HFBackend
-from lopd.models import load_model, setup_runtime
+from lopd.models import setup_runtime
 from lopd.rollout import RolloutConfig, run_episodes
 
 RESULTS = Path(__file__).parent / "results"
@@ -71,9 +72,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--adapter", default="", help="PEFT adapter (merged), e.g. runs/sft/adapter")
     args = parser.parse_args()
     setup_runtime(threads=args.threads, seed=0)
-    model, tokenizer = load_model(args.model, dtype=args.dtype)
+    model, tokenizer = load_policy(args.model, args.adapter, args.dtype)
     renderer = ChatRenderer(tokenizer)
     tasks = load_suite("toolworld-test", n=args.tasks)
     config = RolloutConfig(max_steps=3, max_new_tokens=args.max_new_tokens, temperature=1.0,
@@ -83,16 +85,17 @@ def main() -> None:
     baseline = run(GenerateBackend(model, renderer.stop_ids, tokenizer.pad_token_id), tasks,
                    renderer, config, one_at_a_time=True)
     speedup = engine["tokens_per_s"] / baseline["tokens_per_s"]
-    result = {"model": args.model, "dtype": args.dtype, "threads": args.threads,
+    result = {"model": args.model, "adapter": args.adapter, "dtype": args.dtype, "threads": args.threads,
               "tasks": args.tasks, "max_new_tokens": args.max_new_tokens, "max_steps": 3,
               "temperature": 1.0, "engine": engine, "generate_loop": baseline,
               "speedup": round(speedup, 2), "torch": torch.__version__}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "rollout.json").write_text(json.dumps(result, indent=2))
     command = (f".venv/bin/python benchmarks/bench_rollout.py --model {args.model} --tasks "
                f"{args.tasks} --threads {args.threads} --dtype {args.dtype} --max-new-tokens "
-               f"{args.max_new_tokens}")
-    (RESULTS / "rollout.md").write_text(
+               f"{args.max_new_tokens}" + (f" --adapter {args.adapter}" if args.adapter else ""))
+    name = "rollout_adapter" if args.adapter else "rollout"
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
+    (RESULTS / f"{name}.md").write_text(
         "# Rollout throughput\n\n"
         f"`{command}` ({args.threads} CPU threads, {args.dtype}, ToolWorld test tasks, "
         "up to 3 turns, sampling at temperature 1).\n\n"
