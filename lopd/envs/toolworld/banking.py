@@ -32,10 +32,7 @@ class Banking(Domain):
     example = ("get_balance", {"account_id": "ACC-1234"})
 
     def _account(self, account_id: str) -> dict:
-        account = self.state["accounts"].get(account_id)
-        if account is None:
-            raise ToolError(f"unknown account '{account_id}'")
-        return account
+        return self._lookup("accounts", account_id, "account")
 
     def _usable(self, account_id: str, amount: float) -> dict:
         account = self._account(account_id)

@@ -187,6 +187,13 @@ class Domain:
             })
         return schemas
 
+    def _lookup(self, collection: str, key: str, what: str) -> dict:
+        """``state[collection][key]``, or a ToolError naming the unknown ``what``."""
+        found = self.state[collection].get(key)
+        if found is None:
+            raise ToolError(f"unknown {what} '{key}'")
+        return found
+
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run one tool; invalid operations come back as ``{"error": ...}`` (never raises)."""
         method = self.tool_methods().get(name)

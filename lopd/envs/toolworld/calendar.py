@@ -61,10 +61,7 @@ class Calendar(Domain):
     example = ("list_events", {"date": "2025-03-10"})
 
     def _event(self, event_id: str) -> dict:
-        event = self.state["events"].get(event_id)
-        if event is None:
-            raise ToolError(f"unknown event '{event_id}'")
-        return event
+        return self._lookup("events", event_id, "event")
 
     def _check_free(self, date: str, start: int, end: int, skip: str | None = None) -> None:
         if not re.match(r"^\d{4}-\d{2}-\d{2}$", date):

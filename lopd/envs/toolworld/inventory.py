@@ -36,10 +36,7 @@ class Inventory(Domain):
     example = ("find_item", {"name": "steel bolt"})
 
     def _item(self, sku: str) -> dict:
-        item = self.state["items"].get(sku)
-        if item is None:
-            raise ToolError(f"unknown SKU '{sku}'")
-        return item
+        return self._lookup("items", sku, "SKU")
 
     @tool("Find items whose name contains the given text; returns SKUs and names.",
           name=Param("string", "Item name or part of it, e.g. 'widget'."))

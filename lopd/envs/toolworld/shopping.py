@@ -38,10 +38,7 @@ class Shopping(Domain):
     example = ("search_products", {"query": "lamp"})
 
     def _product(self, product_id: str) -> dict:
-        product = self.state["products"].get(product_id)
-        if product is None:
-            raise ToolError(f"unknown product '{product_id}'")
-        return product
+        return self._lookup("products", product_id, "product")
 
     @tool("Search the catalog; returns product ids, names and prices.",
           query=Param("string", "Words to look for in product names."))

@@ -34,9 +34,7 @@ class SmartHome(Domain):
     example = ("list_devices", {"room": "kitchen"})
 
     def _device(self, device_id: str, kind: str | None = None) -> dict:
-        device = self.state["devices"].get(device_id)
-        if device is None:
-            raise ToolError(f"unknown device '{device_id}'")
+        device = self._lookup("devices", device_id, "device")
         if kind and device["type"] != kind:
             raise ToolError(f"'{device_id}' is a {device['type']}, not a {kind}")
         return device

@@ -24,10 +24,7 @@ class Travel(Domain):
     example = ("search_flights", {"origin": "Paris", "destination": "Rome", "date": "2025-05-02"})
 
     def _flight(self, flight_id: str) -> dict:
-        flight = self.state["flights"].get(flight_id)
-        if flight is None:
-            raise ToolError(f"unknown flight '{flight_id}'")
-        return flight
+        return self._lookup("flights", flight_id, "flight")
 
     @tool("Search flights for a route and date; returns ids, departure times, prices, seats.",
           origin=Param("string", "Departure city, e.g. 'Paris'."),
