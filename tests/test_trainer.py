@@ -112,3 +112,25 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path):
         assert x.keys() == y.keys()
         for key in x:
             assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), key
+
+
+def test_export_gives_a_plain_hf_model_equal_to_the_student(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lopd.checkpoint import export_student
+    from lopd.teacher import adapters_disabled
+
+    trainer = Trainer(_config(tmp_path, "opsd"))
+    trainer.fit()
+    out = export_student(trainer.out, tmp_path / "exported", merge=True)
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        expected = trainer.rt.model(input_ids=ids).logits
+        got = exported(input_ids=ids).logits
+        with adapters_disabled(trainer.rt.model):
+            base = trainer.rt.model(input_ids=ids).logits
+    assert torch.allclose(expected, got, atol=1e-4)
+    assert not torch.allclose(base, got, atol=1e-4)  # the trained student, not the base
+    adapter = export_student(trainer.out, tmp_path / "adapter")
+    assert (adapter / "adapter_config.json").is_file()
