@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from lopd import losses
+from lopd.batch import gather_token_logprobs
 
 
 @dataclass
@@ -57,11 +58,6 @@ def divergence(method: str, student: torch.Tensor, teacher: torch.Tensor, top_m:
     raise ValueError(f"method {method!r} has no divergence")
 
 
-def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = logits.float()
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
-
-
 def distill_loss(method: str, student: torch.Tensor, teacher: torch.Tensor, targets: torch.Tensor,
                  rows: torch.Tensor, active: torch.Tensor, signal: torch.Tensor, beta: float,
                  rows_in_step: int, top_m: int, jsd_beta: float) -> LossTerms:
@@ -85,8 +81,8 @@ def distill_loss(method: str, student: torch.Tensor, teacher: torch.Tensor, targ
         distill_sum += float(value.detach())
         used += 1
         if method == "lopd":
-            teacher_lp = _token_logprobs(teacher[at], targets[at])
-            student_lp = _token_logprobs(student[at], targets[at]).detach()
+            teacher_lp = gather_token_logprobs(teacher[at], targets[at])
+            student_lp = gather_token_logprobs(student[at], targets[at]).detach()
             delta = (signal[row] * (teacher_lp - student_lp)).mean()  # eq. 12, one trajectory
             total = total - beta * delta
             delta_sum += float(delta.detach())
@@ -97,7 +93,7 @@ def grpo_micro_loss(student: torch.Tensor, targets: torch.Tensor, rows: torch.Te
                     advantages: torch.Tensor, rows_in_step: int, clip_eps: float) -> LossTerms:
     """GRPO on one micro-batch: single on-policy update, so the old log-probs are the detached
     current ones (ratio 1; the clip only matters for repeated updates on the same batch)."""
-    logp = _token_logprobs(student, targets)  # (N,)
+    logp = gather_token_logprobs(student, targets)  # (N,)
     total = student.new_zeros(())
     used = 0
     for row in range(advantages.shape[0]):

@@ -69,7 +69,7 @@ class Runtime:
         return student_logits(self.model, batch, positions="supervised")
 
     def teacher_logits(self, batch, context: StepContext, rows: list[int], leaf) -> torch.Tensor:
-        from lopd.teacher import teacher_logits
+        from lopd.teacher import pad_context_ids, teacher_logits
 
         latent = mask = None
         if leaf is not None:
@@ -78,18 +78,9 @@ class Runtime:
         elif context.text_ids is not None:
             ids = [context.text_ids[r] for r in rows]
             if any(ids):
-                latent, mask = self._pad_text(ids)
+                latent, mask = pad_context_ids(ids, self.pad_id)
         return teacher_logits(self.model, batch, latent, mask, positions="supervised",
                               teacher_model=self.teacher_model)
-
-    def _pad_text(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(x) for x in ids)
-        tensor = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.bool)
-        for row, row_ids in enumerate(ids):
-            tensor[row, :len(row_ids)] = torch.tensor(row_ids, dtype=torch.long)
-            mask[row, :len(row_ids)] = True
-        return tensor, mask
 
     # -- rollouts, bank, context ---------------------------------------------------------------
     def rollout(self, tasks, step: int) -> list[Trajectory]:

@@ -20,14 +20,14 @@ import torch
 
 def sft_loss(model, trajs, pad_id: int) -> torch.Tensor:
     """Mean over trajectories of the per-trajectory mean NLL of action tokens."""
-    from lopd.batch import collate
+    from lopd.batch import collate, gather_token_logprobs
     from lopd.teacher import student_logits
 
     batch = collate(trajs, pad_id)
     logits = student_logits(model, batch, positions="supervised")  # (N, V)
     targets = batch.targets[batch.target_mask]
     rows = batch.target_mask.nonzero()[:, 0]
-    nll = torch.logsumexp(logits.float(), -1) - logits.float().gather(-1, targets[:, None]).squeeze(-1)
+    nll = -gather_token_logprobs(logits, targets)  # (N,)
     per_row = torch.zeros(len(trajs)).index_add(0, rows, nll) / torch.bincount(rows, minlength=len(trajs)).clamp(min=1)
     return per_row.mean()
 
