@@ -111,6 +111,10 @@ class OptimConfig:
     """Global gradient-norm clip (0 = off)."""
     micro_batch: int = 4
     """Trajectories per forward/backward (gradient accumulation over the step's batch)."""
+    share_prefix: bool = True
+    """Re-scoring forwards run each distinct [prompt ; context] of a micro-batch once and share
+    its KV across the rollouts of that task (exact; ``lopd.prefix``). Keep rollouts of a task
+    in one micro-batch (micro_batch a multiple of group_size) to get the most from it."""
 
 
 @dataclass

@@ -66,7 +66,8 @@ class Runtime:
     def student_logits(self, batch) -> torch.Tensor:
         from lopd.teacher import student_logits
 
-        return student_logits(self.model, batch, positions="supervised")
+        return student_logits(self.model, batch, positions="supervised",
+                              share_prefix=self.config.optim.share_prefix)
 
     def teacher_logits(self, batch, context: StepContext, rows: list[int], leaf) -> torch.Tensor:
         from lopd.teacher import pad_context_ids, teacher_logits
@@ -80,7 +81,8 @@ class Runtime:
             if any(ids):
                 latent, mask = pad_context_ids(ids, self.pad_id)
         return teacher_logits(self.model, batch, latent, mask, positions="supervised",
-                              teacher_model=self.teacher_model)
+                              teacher_model=self.teacher_model,
+                              share_prefix=self.config.optim.share_prefix)
 
     # -- rollouts, bank, context ---------------------------------------------------------------
     def rollout(self, tasks, step: int) -> list[Trajectory]:

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from lopd.batch import TokenBatch
+from lopd.prefix import prefix_groups, shared_prefix_hidden
 
 Positions = str | torch.Tensor
 
@@ -254,6 +255,7 @@ def forward_aligned(
     context_mask: torch.Tensor | None = None,
     positions: Positions = "all",
     return_hidden: bool = False,
+    share_prefix: bool = True,
 ) -> torch.Tensor:
     """One forward of ``model`` as it stands (adapters as they are), context spliced in.
 
@@ -269,25 +271,49 @@ def forward_aligned(
         context = embed(context.to(ids.device))  # text ids -> (B, C, d)
     plan = plan_splice(batch.attention_mask, batch.prompt_lens, context_mask)
     inputs = apply_splice(plan, embed(ids), context)  # (B, L, d)
-    hidden = decoder_hidden_states(model, inputs, plan.attention_mask, plan.position_ids)
+    hidden, pred_index = _spliced_hidden(model, batch, plan, inputs, share_prefix)
     if isinstance(positions, str) and positions == "packed":
         index, _ = packed_index(batch)  # (B, S)
-        hidden = realign(hidden, plan.pred_index.gather(1, index))  # (B, S, d)
+        hidden = realign(hidden, pred_index.gather(1, index))  # (B, S, d)
         return hidden if return_hidden else lm_head(model, hidden)
     selected = select_positions(batch, positions)
     if selected is None:
-        hidden = realign(hidden, plan.pred_index)  # (B, T, d)
+        hidden = realign(hidden, pred_index)  # (B, T, d)
     else:
         rows, cols = selected.nonzero(as_tuple=True)
-        hidden = hidden[rows, plan.pred_index[rows, cols]]  # (N, d)
+        hidden = hidden[rows, pred_index[rows, cols]]  # (N, d)
     return hidden if return_hidden else lm_head(model, hidden)
 
 
+def _spliced_hidden(model, batch: TokenBatch, plan: Splice, inputs: torch.Tensor,
+                    share_prefix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states of the spliced rows and the index predicting each original token.
+
+    With ``share_prefix``, rows with identical ``[prompt ; context]`` run it once
+    (``lopd.prefix``); that path is taken when some prefix repeats or the context needs grad
+    (the prompt then stays out of the backward). Otherwise one plain forward.
+    """
+    n_real = batch.attention_mask.sum(1).to(inputs.device)
+    prompt = batch.prompt_lens.to(inputs.device).clamp(min=0).minimum(n_real)
+    if share_prefix and inputs.shape[0] and bool((prompt > 0).all()):
+        prefix = prompt + plan.n_context
+        representatives, inverse = prefix_groups(inputs, prefix)
+        needs_grad = torch.is_grad_enabled() and inputs.requires_grad
+        if len(representatives) < inputs.shape[0] or needs_grad and int(plan.n_context.max()):
+            hidden, column = shared_prefix_hidden(model, inputs, prompt, plan.n_context,
+                                                  n_real + plan.n_context, representatives,
+                                                  inverse)
+            return hidden, column.gather(1, plan.pred_index)
+    hidden = decoder_hidden_states(model, inputs, plan.attention_mask, plan.position_ids)
+    return hidden, plan.pred_index
+
+
 def student_logits(
-    model, batch: TokenBatch, positions: Positions = "all", return_hidden: bool = False
+    model, batch: TokenBatch, positions: Positions = "all", return_hidden: bool = False,
+    share_prefix: bool = True,
 ) -> torch.Tensor:
     """The student's logits (its active adapter, no context): ``(B, T, V)`` or ``(N, V)``."""
-    return forward_aligned(model, batch, None, None, positions, return_hidden)
+    return forward_aligned(model, batch, None, None, positions, return_hidden, share_prefix)
 
 
 def is_peft(model) -> bool:
@@ -338,6 +364,7 @@ def teacher_logits(
     *,
     teacher_model=None,
     return_hidden: bool = False,
+    share_prefix: bool = True,
 ) -> torch.Tensor:
     """Teacher logits (eq. 8) aligned with the student's positions of ``batch.input_ids``.
 
@@ -356,4 +383,5 @@ def teacher_logits(
                          "pass a frozen copy as teacher_model")
     grad = torch.is_grad_enabled() and differentiable
     with adapters_disabled(target), torch.set_grad_enabled(grad):
-        return forward_aligned(target, batch, context, context_mask, positions, return_hidden)
+        return forward_aligned(target, batch, context, context_mask, positions, return_hidden,
+                               share_prefix)

@@ -247,3 +247,74 @@ def test_full_finetune_wiring_composer_on_the_frozen_copy():
     assert all(p.grad is not None for p in composer.trainable_parameters())
     assert all(p.grad is None for n, p in teacher.named_parameters() if "lora_" not in n)
     assert student.get_input_embeddings().weight.grad is not None
+
+
+def grouped_batch(seed=0):
+    """Two tasks x 3 rollouts: rows of a task share the prompt, trajectories differ in
+    length; one row is left-padded to check compaction."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(10, 5000, (n,), generator=gen).tolist() for n in (7, 5)]
+    rows, lens = [], []
+    for task, prompt in enumerate(prompts):
+        for rollout in range(3):
+            tail = torch.randint(10, 5000, (3 + 2 * rollout + task,), generator=gen).tolist()
+            rows.append(prompt + tail)
+            lens.append(len(prompt))
+    return make_batch(rows, lens), torch.tensor([0, 0, 0, 1, 1, 1])
+
+
+@pytest.mark.parametrize("kind", ["none", "latent", "text"])
+def test_shared_prefix_forward_equals_plain_forward(peft_model, kind, monkeypatch):
+    import lopd.teacher
+
+    calls = []
+    real = lopd.teacher.shared_prefix_hidden
+    monkeypatch.setattr(lopd.teacher, "shared_prefix_hidden",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    model, _ = peft_model
+    batch, task = grouped_batch()
+    context = mask = None
+    if kind == "latent":
+        leaf = torch.randn(2, 4, model.config.hidden_size, requires_grad=True)
+        context = leaf.index_select(0, task)
+        mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool).index_select(0, task)
+    elif kind == "text":
+        context = torch.tensor([[11, 12, 13], [14, 15, 0]]).index_select(0, task)
+        mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool).index_select(0, task)
+    outputs, grads = [], []
+    for share in (True, False):
+        if kind == "latent":
+            context = leaf.index_select(0, task)  # a fresh graph for each pass
+        logits = teacher_logits(model, batch, context, mask, positions="supervised",
+                                share_prefix=share)
+        outputs.append(logits.detach())
+        if kind == "latent":
+            (grad,) = torch.autograd.grad(logits.logsumexp(-1).sum(), leaf)
+            grads.append(grad)
+    assert calls == [1]  # the shared path ran once (share_prefix=True) and was not bypassed
+    torch.testing.assert_close(outputs[0], outputs[1], atol=ATOL, rtol=1e-4)
+    if grads:
+        assert grads[0].abs().sum() > 0
+        torch.testing.assert_close(grads[0], grads[1], atol=ATOL, rtol=1e-4)
+
+
+def test_shared_prefix_student_gradients_match(peft_model):
+    """The student's prompt runs once per task with grad; LoRA gradients add up exactly."""
+    model, _ = peft_model
+    batch, _ = grouped_batch(seed=1)
+    lora = [p for n, p in model.named_parameters() if "lora_" in n and "student" in n]
+    assert lora and all(p.requires_grad for p in lora)
+    grads = []
+    for share in (True, False):
+        logits = student_logits(model, batch, positions="supervised", share_prefix=share)
+        grads.append(torch.autograd.grad(logits.logsumexp(-1).sum(), lora))
+    for shared, plain in zip(*grads):
+        torch.testing.assert_close(shared, plain, atol=1e-4, rtol=1e-4)
+
+
+def test_prefix_groups_finds_repeated_prefixes():
+    from lopd.prefix import prefix_groups
+
+    inputs = torch.tensor([[1., 2, 3], [1, 2, 4], [1, 9, 3], [1, 2, 3]])[..., None]
+    reps, inverse = prefix_groups(inputs, torch.tensor([2, 2, 2, 3]))
+    assert reps == [0, 2, 3] and inverse.tolist() == [0, 0, 1, 2]
