@@ -81,6 +81,9 @@ class MethodConfig:
     """lambda: weight of ||c_phi - sg(c_phi0)||^2."""
     freeze_composer: bool = False
     """Ablation: keep phi fixed at phi_0 after the cold start."""
+    context: str = "latent"
+    """LOPD's teacher context: latent (the composed latent tokens) | text (ablation: the same J
+    retrieved experiences as a text block; the composer is then unused)."""
     seed_experiences: int = 200
     """The bank starts with the reference solutions of this many training tasks (source=seed)."""
     cold_start_steps: int = 30
@@ -208,6 +211,7 @@ def validate(config: Config) -> Config:
         (config.method.num_experiences >= 1, "method.num_experiences", ">= 1"),
         (config.method.latent_tokens >= 1, "method.latent_tokens", ">= 1"),
         (config.method.margin >= 0, "method.margin", ">= 0"),
+        (config.method.context in ("latent", "text"), "method.context", "latent or text"),
         (config.method.beta_lr >= 0, "method.beta_lr", ">= 0"),
         (config.method.anchor_weight >= 0, "method.anchor_weight", ">= 0"),
         (0 <= config.method.jsd_beta <= 1, "method.jsd_beta", "in [0, 1]"),

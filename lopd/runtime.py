@@ -115,11 +115,29 @@ class Runtime:
 
     def context(self, trajs: list[Trajectory], step: int) -> StepContext:
         method = self.config.method.name
+        if method == "lopd" and self.config.method.context == "text":
+            return self._experience_text_context(trajs, step)
         if method == "lopd":
             return self.provider(trajs, step)
         skills = self.skills.lookup(trajs, step) if self.skills is not None else None
         return text_context(method, trajs, self.renderer, self.config.method.experience_chars,
                             demos=self.demos, skills=skills)
+
+    def _experience_text_context(self, trajs: list[Trajectory], step: int) -> StepContext:
+        """Ablation ``method.context=text``: the J experiences the composer would read, shown to
+        the teacher as one text block (same insertion point as the baselines' text)."""
+        first: dict[int, int] = {}
+        tasks = []
+        for traj in trajs:
+            if traj.group not in first:
+                first[traj.group] = len(tasks)
+                tasks.append(traj.task)
+        found = self.provider.retrieve_texts(tasks, step)
+        blocks = [found[first[t.group]] for t in trajs]
+        ids = [self.renderer.render_message(experience_text_message(b))[0] if b else []
+               for b in blocks]
+        return StepContext(active=torch.tensor([bool(b) for b in blocks], dtype=torch.bool),
+                           text_ids=ids, texts=blocks)
 
     def bank_size(self) -> int:
         return self.bank.count() if self.bank is not None else 0
@@ -247,6 +265,13 @@ class Runtime:
         return SummaryWriter(str(out / "tensorboard"))
 
 
+def experience_text_message(experiences: list[str]) -> dict:
+    """The user message that carries retrieved experiences as text (``method.context=text``)."""
+    body = "\n\n".join(experiences)
+    return {"role": "user",
+            "content": f"Privileged information:\nExperience from related tasks:\n{body}"}
+
+
 def load_adapter_weights(model, directory: Path, adapter_name: str) -> None:
     """Load a saved PEFT adapter's weights into an existing adapter of ``model``."""
     from peft import set_peft_model_state_dict
@@ -368,22 +393,13 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
     retrieved experiences; a held-out fifth of the examples measures the teacher NLL with and
     without latent context. The numbers go to ``RUN/coldstart.json``.
     """
-    from lopd.coldstart import ColdStartExample, cold_start, evaluate_nll
-    from lopd.reference import reference_trajectory
+    from lopd.coldstart import cold_start, evaluate_nll
 
     cfg = rt.config.method
-    rows = rt.bank.all(with_embeddings=False)
-    by_id = {t.id: t for t in rt.train_tasks}
-    tasks = [by_id[r.task_id] for r in rows if r.task_id in by_id]
-    found = rt.retriever.retrieve([(t.id, t.prompt) for t in tasks], j=cfg.num_experiences)
-    examples = [
-        ColdStartExample(reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps),
-                         t.prompt, [e.trace[:cfg.experience_chars] for e in exps])
-        for t, exps in zip(tasks, found) if exps
-    ]
+    examples = cold_start_examples(rt)
     report: dict = {"examples": len(examples)}
     if len(examples) >= 5 and cfg.cold_start_steps:
-        held = examples[: max(1, len(examples) // 5)]
+        held = examples[: held_out_count(len(examples))]
         fit = examples[len(held):]
         with rt.autocast():
             result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
@@ -398,3 +414,26 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
     rt.composer.save(phi0)
     (rt.out / "coldstart.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def held_out_count(n_examples: int) -> int:
+    """The cold start holds out the first fifth of its examples to measure teacher NLL."""
+    return max(1, n_examples // 5)
+
+
+def cold_start_examples(rt: Runtime) -> list:
+    """The cold start's examples: each bank row's task, its reference trajectory, and the
+    traces of OTHER retrieved experiences (the bank holds the seed rows at that point)."""
+    from lopd.coldstart import ColdStartExample
+    from lopd.reference import reference_trajectory
+
+    cfg = rt.config.method
+    rows = rt.bank.all(with_embeddings=False)
+    by_id = {t.id: t for t in rt.train_tasks}
+    tasks = [by_id[r.task_id] for r in rows if r.task_id in by_id]
+    found = rt.retriever.retrieve([(t.id, t.prompt) for t in tasks], j=cfg.num_experiences)
+    return [
+        ColdStartExample(reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps),
+                         t.prompt, [e.trace[:cfg.experience_chars] for e in exps])
+        for t, exps in zip(tasks, found) if exps
+    ]
