@@ -1,0 +1,102 @@
+"""The paper-experiment harness (`benchmarks/experiments`) at quick scale, end to end, plus the
+`method.context=text` ablation hook it relies on and the share-of-budget arithmetic."""
+
+import json
+
+import pytest
+import torch
+
+from benchmarks.experiments import analysis
+from benchmarks.experiments.cli import main
+from benchmarks.experiments.plan import LABELS
+from benchmarks.experiments.report import HUMAN_END, HUMAN_START
+from lopd.config import ConfigError, load_config
+
+EXPERIMENTS = ("efficiency", "methods", "ablations", "behaviour", "cost")
+ABLATIONS = ("LOPD (m=0.05, K=4, J=2)", "m = 0 (no margin)", "m = 0.01", "m = 0.1", "K = 2",
+             "J = 1", "frozen composer (phi = phi_0)", "text context (same retrieved experiences)")
+
+
+def test_share_of_budget_reads_the_smoothed_curves():
+    grpo = analysis.curve([{"seed": 0, "metrics": [
+        {"rollouts": 8 * (i + 1), "reward": r} for i, r in enumerate([0.1, 0.3, 0.5, 0.5])]}], 2)
+    lopd = analysis.curve([{"seed": 0, "metrics": [
+        {"rollouts": 8 * (i + 1), "reward": r} for i, r in enumerate([0.2, 0.8, 0.4, 0.9])]}], 2)
+    share = analysis.share_of_budget(lopd, grpo)
+    assert share["threshold"] == pytest.approx(0.5)  # mean of GRPO's last 2 steps
+    assert share["reached_at"] == 16  # LOPD smoothed: 0.2, 0.5, 0.6, 0.65
+    assert share["share"] == pytest.approx(0.5)
+    assert share["per_seed"] == {"0": pytest.approx(0.5)}
+    never = analysis.share_of_budget(grpo, lopd)  # GRPO never reaches LOPD's final 0.65
+    assert never["share"] is None and never["reached_at"] is None
+
+
+def _text_config(tmp_path, **extra):
+    overrides = [
+        "model.name=tiny-random", "model.dtype=fp32", "method.name=lopd", "method.context=text",
+        "optim.steps=1", "optim.tasks_per_step=2", "optim.group_size=2", "optim.micro_batch=2",
+        "optim.composer_lr=0.01", "rollout.max_steps=2", "rollout.max_new_tokens=8",
+        "data.max_train_tasks=40", "data.eval_tasks=1", "method.latent_tokens=4",
+        "method.num_experiences=2", "method.seed_experiences=12", "method.cold_start_steps=1",
+        "method.experience_chars=120", "run.threads=1", "run.tensorboard=false",
+        f"run.out_dir={tmp_path / 'text'}", *[f"{k}={v}" for k, v in extra.items()]]
+    return load_config(None, overrides)
+
+
+def test_text_context_shows_the_retrieved_experiences_as_text(tmp_path):
+    from lopd.trainer import Trainer
+
+    with pytest.raises(ConfigError, match="method.context"):
+        _text_config(tmp_path, **{"method.context": "pictures"})
+    trainer = Trainer(_text_config(tmp_path))
+    trajs = trainer.rt.rollout(trainer.sample_tasks(0), 0)
+    context = trainer.rt.context(trajs, 0)
+    assert context.task_latent is None and bool(context.active.all())
+    shown = trainer.rt.tokenizer.decode(context.text_ids[0])
+    assert "Experience from related tasks" in shown
+    assert context.texts[0] and context.texts[0][0][:40] in shown  # the retrieved trace itself
+    composer = [p.detach().clone() for p in trainer.rt.composer.trainable_parameters()]
+    history = trainer.fit()
+    assert history[0]["signal_rows"] == len(trajs)
+    assert all(torch.equal(a, b) for a, b in zip(composer, trainer.rt.composer.trainable_parameters()))
+
+
+def test_quick_sweep_writes_every_table_and_resumes(tmp_path, capsys):
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    args = ["--scale", "quick", "--out", str(out), "--runs", str(runs)]
+    assert main(["all", *args]) == 0
+    for name in EXPERIMENTS:
+        record = json.loads((out / f"{name}.json").read_text())
+        assert record["missing"] == [] and record["command"].endswith(" ".join(args))
+        assert all((out / png).stat().st_size > 1000 for png in record["plots"])
+    efficiency = json.loads((out / "efficiency.json").read_text())["data"]
+    assert set(efficiency["curves"]) == {"lopd", "grpo", "skill-sd"}
+    assert all(len(c["per_seed"]) == 2 for c in efficiency["curves"].values())
+    assert set(efficiency["share"]) == {"grpo", "skill-sd"}
+    cost = json.loads((out / "cost.json").read_text())["data"]["rows"]
+    assert all(row["peak_rss_mb"]["mean"] > 0 for row in cost)
+    report = (out / "RESULTS.md").read_text()
+    for label in LABELS.values():
+        assert f"| {label} |" in report
+    for label in ABLATIONS:
+        assert f"| {label} |" in report
+    assert "## Conclusions (computed)" in report and "Share of GRPO's budget" in report
+
+    # a second invocation finds every run finished; the human section survives regeneration
+    (out / "RESULTS.md").write_text(report.replace(
+        report.split(HUMAN_START)[1].split(HUMAN_END)[0], "\nkept by hand\n"))
+    capsys.readouterr()
+    assert main(["all", *args]) == 0
+    assert "18 runs, 18 already finished, 0 to run" in capsys.readouterr().out
+    assert "kept by hand" in (out / "RESULTS.md").read_text()
+
+
+def test_code_preset_evaluates_humaneval_in_a_subprocess(tmp_path):
+    out = tmp_path / "out"
+    assert main(["methods", "--scale", "quick", "--presets", "code", "--only", "vanilla",
+                 "--isolate", "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
+    record = json.loads((out / "methods.json").read_text())
+    assert [r["name"] for r in record["data"]["code"]] == ["vanilla"]
+    assert record["data"]["code"][0]["suites"]["humaneval"]["n"] == 2
+    assert len(record["missing"]) == 9  # --only: the trained rows are not run here
+    assert "humaneval pass@1" in (out / "RESULTS.md").read_text()
