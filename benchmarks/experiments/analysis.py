@@ -75,7 +75,8 @@ def share_of_budget(lopd: dict, ref: dict) -> dict:
             per_seed[seed] = hit / budget if hit is not None and budget else None
     return {"threshold": threshold, "budget": budget, "reached_at": at,
             "share": at / budget if at is not None and budget else None, "per_seed": per_seed,
-            "lopd_final": lopd["smoothed"][-1]}
+            "lopd_final": lopd["smoothed"][-1], "ref_first": ref["mean"][0],
+            "at_first_step": at is not None and at == lopd["rollouts"][0]}
 
 
 def efficiency(by_method: dict[str, list[dict]], window: int = 2) -> dict:
@@ -83,7 +84,11 @@ def efficiency(by_method: dict[str, list[dict]], window: int = 2) -> dict:
               if rs and all(train_rows(r) for r in rs)}
     share = {ref: share_of_budget(curves["lopd"], curves[ref])
              for ref in ("grpo", "skill-sd") if "lopd" in curves and ref in curves}
-    return {"window": window, "curves": curves, "share": share}
+    # every method's first step samples the same starting policy with the same seeds
+    firsts = {m: [round(v[0], 9) for _, v in sorted(c["per_seed"].items())]
+              for m, c in curves.items()}
+    same_start = len({tuple(v) for v in firsts.values()}) <= 1
+    return {"window": window, "curves": curves, "share": share, "same_first_step": same_start}
 
 
 # -- 2. method table -------------------------------------------------------------------------------

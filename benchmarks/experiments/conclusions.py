@@ -25,7 +25,15 @@ def efficiency_facts(record: dict) -> list[str]:
                     f"{s['budget']} (per seed: {per_seed}).")
         if s["threshold"] <= 0:
             text += f" {name} never earned reward, so reaching it is trivial."
+        elif s["at_first_step"] and s["threshold"] <= s["ref_first"] + 1e-12:
+            text += (f" This is at the first step, before any update, and {name} ended no "
+                     f"higher than its own first step ({s['ref_first']:.3f}): it says nothing "
+                     f"about learning speed.")
         facts.append(text)
+    if data["curves"]:
+        facts.append("First-step train rewards are identical across methods (same starting "
+                     "policy, same task and sampling seeds): "
+                     f"{'yes' if data['same_first_step'] else 'no'}.")
     return facts
 
 

@@ -143,7 +143,9 @@ def ablations_section(record: dict) -> list[str]:
         "the teacher's NLL per action token on the cold start's held-out examples without "
         "context, with phi_0's latent context, and with the run's final context (trained "
         "composer; phi_0 when frozen; the text block for the text variant). Lower NLL = more "
-        "informative privileged context. Each K/J value has its own cold start."), "",
+        "informative privileged context. Each K/J value has its own cold start. beta starts "
+        "at 0, so the margin first changes the update of the second step: the m variants "
+        "share their first step exactly, and Delta can differ from the third step on."), "",
         *_table(head, body), PAPER["ablations"], ""]
 
 
