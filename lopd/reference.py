@@ -23,7 +23,8 @@ def reference_turns(task: Task) -> list[str]:
     if task.tools:
         calls = [line for line in task.reference.splitlines() if line.strip()]
         return calls + [FINAL_ANSWER]
-    return [f"```python\n{task.reference.strip()}\n```"]
+    program = task.reference.strip()
+    return [program if program.startswith("```") else f"```python\n{program}\n```"]
 
 
 def reference_trajectory(task: Task, renderer: ChatRenderer, max_steps: int = 30) -> Trajectory:

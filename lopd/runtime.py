@@ -161,7 +161,8 @@ class Runtime:
         objective = self.config.method.anchor_weight * anchor
         if leaf.grad is not None:
             objective = objective + (latent * leaf.grad).sum()
-        objective.backward()
+        if objective.requires_grad:  # False when no task retrieved anything (empty context)
+            objective.backward()
         return float(anchor.detach())
 
     def optimizer_step(self) -> None:

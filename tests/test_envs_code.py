@@ -192,3 +192,17 @@ def test_humaneval_body_only_and_wrong_answers():
     assert "    return number % 1.0" in program
     wrong = "```python\ndef truncate_number(number):\n    return 0.0\n```"
     assert make_env(task).step(wrong).reward == 0.0
+
+
+@pytest.mark.parametrize("suite", ["code-train", "humaneval"])
+def test_reference_trajectory_solves_code_tasks(suite):
+    """Fenced or bare reference programs replay as one fenced turn that passes the tests
+    (a double fence once made every code seed experience fail)."""
+    from lopd.chat import ChatRenderer
+    from lopd.models import load_tokenizer
+    from lopd.reference import reference_trajectory
+
+    renderer = ChatRenderer(load_tokenizer("tiny-random"))
+    for task in load_suite(suite, n=2):
+        traj = reference_trajectory(task, renderer)
+        assert traj.success and traj.reward == 1.0, task.id
