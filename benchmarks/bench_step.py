@@ -1,9 +1,13 @@
-"""Step-time breakdown: one LOPD step vs one GRPO step on the same batch.
+"""Step-time breakdown: LOPD vs GRPO on the same batch, with and without prefix sharing.
 
-Both trainers start from the same model and warm-start adapter, draw the same tasks with the same
-seed, and so produce the same rollouts (the LoRA student starts identical in both); the step
-time is split into generate / compose / teacher / update. LOPD's one-off costs (bank seeding,
-composer cold start) happen before the step and are reported separately.
+One batch of rollouts is generated once (the LoRA student starts identical for both methods, so
+both would sample exactly these trajectories); then the rest of the step -- privileged context
+(LOPD: retrieve + compose), teacher re-scoring, losses, backward, optimiser step -- is timed for
+each method on that batch, interleaved over ``--repeats`` rounds (GRPO, LOPD, GRPO, LOPD, ...)
+so that load from other processes hits both alike; the median of each is reported, and a step
+is that median plus the shared generation time. ``optim.share_prefix`` is toggled on the same
+trainers, so "shared" and "plain" differ in nothing else. LOPD's one-off costs (bank seeding,
+composer cold start) happen before and are reported separately.
 
     .venv/bin/python benchmarks/bench_step.py [--model smollm2-135m] [--adapter runs/sft/adapter]
 
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -23,9 +29,10 @@ from lopd.config import load_config
 from lopd.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
+PARTS = ["compose", "teacher", "update"]
 
 
-def one_step(method: str, args, out: Path) -> dict:
+def build(method: str, args, out: Path) -> tuple[Trainer, float]:
     overrides = [
         f"method.name={method}", f"model.name={args.model}", f"run.out_dir={out / method}",
         f"optim.tasks_per_step={args.tasks}", f"optim.group_size={args.group}",
@@ -38,11 +45,21 @@ def one_step(method: str, args, out: Path) -> dict:
         overrides.append(f"model.init_adapter={args.adapter}")
     started = time.perf_counter()
     trainer = Trainer(load_config(None, overrides))
-    setup = time.perf_counter() - started
-    metrics = trainer.train_step(0)
-    times = {k[5:]: v for k, v in metrics.items() if k.startswith("time/")}
-    return {"setup_seconds": round(setup, 1), "times": times,
-            "action_tokens": metrics["action_tokens"], "reward": metrics["reward"]}
+    return trainer, time.perf_counter() - started
+
+
+def time_rest_of_step(trainer: Trainer, trajs, share: bool) -> dict:
+    """Context + update on ``trajs`` (the optimiser steps: the cost is what is measured)."""
+    trainer.config.optim.share_prefix = share
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    context = trainer.rt.context(trajs, 0) if trainer.config.method.name != "grpo" else None
+    timings["compose"] = time.perf_counter() - started
+    mark = time.perf_counter()
+    trainer.update(trajs, context, timings)
+    timings["update"] = time.perf_counter() - mark - timings.get("teacher", 0.0)
+    timings["rest"] = time.perf_counter() - started
+    return timings
 
 
 def main() -> None:
@@ -55,36 +72,78 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed-experiences", type=int, default=60)
-    parser.add_argument("--cold-start-steps", type=int, default=5)
+    parser.add_argument("--seed-experiences", type=int, default=30)
+    parser.add_argument("--cold-start-steps", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        grpo = one_step("grpo", args, Path(tmp))
-        lopd = one_step("lopd", args, Path(tmp))
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    ratio = lopd["times"]["total"] / grpo["times"]["total"]
-    train_ratio = ((lopd["times"]["total"] - lopd["times"]["generate"])
-                   / max(grpo["times"]["total"] - grpo["times"]["generate"], 1e-9))
-    result = {"args": vars(args), "grpo": grpo, "lopd": lopd, "lopd_over_grpo": round(ratio, 3),
-              "lopd_over_grpo_excluding_generation": round(train_ratio, 3),
-              "peak_rss_gb_process": round(peak_gb, 2)}
+        grpo, _ = build("grpo", args, Path(tmp))
+        lopd, setup = build("lopd", args, Path(tmp))
+        started = time.perf_counter()
+        trajs = grpo.rt.rollout(grpo.sample_tasks(0), 0)
+        generate = time.perf_counter() - started
+        lopd.rt.update_bank(trajs, 0)
+        samples: dict[tuple[str, bool], list[dict]] = {}
+        for _ in range(args.repeats):
+            for share in (True, False):
+                for name, trainer in (("grpo", grpo), ("lopd", lopd)):
+                    samples.setdefault((name, share), []).append(
+                        time_rest_of_step(trainer, trajs, share))
+    runs = {key: summarise(values, generate) for key, values in samples.items()}
+    ratios = {share: step_ratios(runs[("lopd", share)], runs[("grpo", share)])
+              for share in (True, False)}
+    result = {"args": vars(args), "generate_seconds": round(generate, 2),
+              "lopd_setup_seconds": round(setup, 1),
+              "action_tokens": sum(sum(t.action_mask) for t in trajs),
+              "tokens": sum(len(t.input_ids) for t in trajs),
+              "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+              "peak_rss_gb_process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
+              "runs": [{"method": m, "share_prefix": sh, **r} for (m, sh), r in runs.items()],
+              "lopd_over_grpo": {("shared" if sh else "plain"): r for sh, r in ratios.items()}}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "step_time.json").write_text(json.dumps(result, indent=2))
+    (RESULTS / "step_time.md").write_text(report(args, result, runs, ratios))
+    print(json.dumps(result, indent=2))
+
+
+def summarise(values: list[dict], generate: float) -> dict:
+    median = {k: statistics.median(v.get(k, 0.0) for v in values) for k in PARTS + ["rest"]}
+    return {"times": {"generate": generate, **median, "total": generate + median["rest"]},
+            "rest_seconds_each": [round(v["rest"], 2) for v in values]}
+
+
+def step_ratios(lopd: dict, grpo: dict) -> dict:
+    return {"step": round(lopd["times"]["total"] / grpo["times"]["total"], 3),
+            "excluding_generation": round(lopd["times"]["rest"] / grpo["times"]["rest"], 3)}
+
+
+def report(args, result: dict, runs: dict, ratios: dict) -> str:
     keys = ["generate", "compose", "teacher", "update", "total"]
-    rows = [f"| {name} | " + " | ".join(f"{r['times'].get(k, 0.0):.1f}" for k in keys) + " |"
-            for name, r in (("GRPO", grpo), ("LOPD", lopd))]
+    rows = [f"| {method.upper()} | {'yes' if share else 'no'} | " + " | ".join(
+        f"{r['times'][k]:.1f}" for k in keys) + f" | {r['rest_seconds_each']} |"
+        for (method, share), r in sorted(runs.items(), key=lambda kv: (not kv[0][1], kv[0][0]))]
     command = "`.venv/bin/python benchmarks/bench_step.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()) + "`"
-    (RESULTS / "step_time.md").write_text("\n".join([
-        "# Step time: LOPD vs GRPO on the same batch", "", command, "",
-        (f"{args.tasks} tasks x {args.group} rollouts, up to {args.max_steps} turns of "
-         f"{args.max_new_tokens} tokens, {args.threads} threads, fp32 (no fast bf16 on this CPU)."), "",
-        "| method | generate s | compose s | teacher s | update s | total s |",
-        "|---|---|---|---|---|---|", *rows, "",
-        (f"LOPD / GRPO step time: **{ratio:.2f}x** (target <= 1.25x); excluding generation: "
-         f"{train_ratio:.2f}x. LOPD setup (bank seeding + cold start, once per run): "
-         f"{lopd['setup_seconds']} s."), ""]))
-    print(json.dumps(result, indent=2))
+    lines = ["# Step time: LOPD vs GRPO on the same batch", "", command, "",
+             (f"{args.tasks} tasks x {args.group} rollouts, up to {args.max_steps} turns of "
+              f"{args.max_new_tokens} tokens ({result['tokens']} tokens, "
+              f"{result['action_tokens']} sampled), micro-batch {args.micro_batch}, "
+              f"{args.threads} threads, fp32 (no fast bf16 on this CPU); load average "
+              f"{result['load_average'][0]} at start, {result['load_average'][1]} at end. "
+              f"Generation is run once and shared; the rest of the step is the median of "
+              f"{args.repeats} interleaved repeats. `shared prefix` = optim.share_prefix: each "
+              "distinct [prompt ; context] of a micro-batch runs once in the student and "
+              "teacher re-scoring forwards."), "",
+             "| method | shared prefix | generate s | compose s | teacher s | update s | step s "
+             "| rest of step, each repeat (s) |", "|---|---|---|---|---|---|---|---|", *rows, ""]
+    for share, r in ratios.items():
+        lines.append(f"LOPD / GRPO step time, shared prefix {'on' if share else 'off'}: "
+                     f"**{r['step']:.2f}x** (target <= 1.25x); excluding generation "
+                     f"{r['excluding_generation']:.2f}x.")
+    lines += ["", f"LOPD setup (bank seeding + cold start, once per run, not in the step): "
+              f"{result['lopd_setup_seconds']} s.", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
