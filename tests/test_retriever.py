@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lopd.experience.bank import Experience, ExperienceBank
-from lopd.experience.retriever import HashingEmbedder, Retriever, minilm_path
+from lopd.experience.retriever import ANN_BACKOFF, HashingEmbedder, Retriever, minilm_path
 
 BACKENDS = ["torch", "faiss"]
 
@@ -186,3 +186,136 @@ def test_real_minilm_neighbours_are_semantic(tmp_path):
     hits = r.retrieve(queries, j=2)
     domains = [[e.domain for e in h] for h in hits]
     assert domains == [["banking"] * 2, ["calendar"] * 2, ["smart_home"] * 2, ["travel"] * 2]
+
+
+# -- large-bank path: certified IVF index (lopd/experience/ann.py) ------------------------
+def clustered(rng, n, centers=40, spread=0.02, d=384):
+    """Unit vectors in ``centers`` tight clusters (cosine ~0.9 to their centre), like the
+    embeddings of templated task texts."""
+    c = unit(rng, centers, d)
+    return _unit_rows(c[rng.integers(0, centers, n)] + spread * rng.standard_normal((n, d)))
+
+
+def _unit_rows(x):
+    x = x.astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def vec_bank(path, emb, tasks, steps=10):
+    bank = ExperienceBank(path)
+    bank.add([Experience(f"t{i % tasks}", "d", f"text {i % tasks}", f"trace {i}",
+                         step_added=i % steps, embedding=e) for i, e in enumerate(emb)])
+    return bank
+
+
+def ids_of(hits):
+    return [[i for i, _ in h] for h in hits]
+
+
+def test_ivf_matches_exact_search_on_clustered_data(tmp_path):
+    rng = np.random.default_rng(0)
+    emb = clustered(rng, 3000)
+    bank = vec_bank(tmp_path / "b.sqlite", emb, tasks=750)
+    r = Retriever(bank, HashingEmbedder(), ann_rows=1000, nprobe=2)
+    assert r.ann is not None and len(r.ann) == 3000
+    q = _unit_rows(emb[:64] + 0.01 * rng.standard_normal((64, 384)))
+    tasks = [f"t{i}" for i in range(64)]
+    for kw in ({}, {"max_step": 4}, {"exclude_same_task": False}):
+        exact = r.search(q, tasks, j=3, exact=True, **kw)
+        ivf = r.search(q, tasks, j=3, **kw)
+        assert ids_of(ivf) == ids_of(exact)  # certified: provably the exact answer
+        assert r.last_fallbacks < 16  # ... and mostly answered by the IVF index itself
+        np.testing.assert_allclose([[s for _, s in h] for h in ivf],
+                                   [[s for _, s in h] for h in exact], atol=1e-5)
+    r.certify, r.nprobe = False, 8  # plain approximate IVF: same best neighbour here
+    assert [h[0] for h in ids_of(r.search(q, tasks, j=3))] == \
+        [h[0] for h in ids_of(r.search(q, tasks, j=3, exact=True))]
+
+
+def test_ivf_filters_hold_and_fill_j(tmp_path):
+    rng = np.random.default_rng(1)
+    emb = clustered(rng, 2000, centers=20)
+    bank = vec_bank(tmp_path / "b.sqlite", emb, tasks=100)  # 20 rows per task
+    r = Retriever(bank, HashingEmbedder(), ann_rows=500, nprobe=1)
+    rows = {e.id: e for e in bank.all(with_embeddings=False)}
+    q, tasks = emb[:32], [f"t{i}" for i in range(32)]  # own rows score 1.0: nearest of all
+    for max_step in (None, 0, 5):
+        hits = r.search(q, tasks, j=5, max_step=max_step)
+        for b, h in enumerate(hits):
+            assert len(h) == 5
+            assert all(rows[i].task_id != tasks[b] for i, _ in h)
+            assert max_step is None or all(rows[i].step_added <= max_step for i, _ in h)
+        assert ids_of(hits) == ids_of(r.search(q, tasks, j=5, max_step=max_step, exact=True))
+    # Only 2 rows of step 0 outside task t0 exist after a rollback: both are returned.
+    bank.rollback_to_step(0)
+    keep = [i for i, e in rows.items() if e.step_added == 0][:4]
+    r.sync()
+    assert r.ann is None  # fell below ann_rows: dropped, exact search again
+    r.ann_rows = 1
+    r._refresh_ann()
+    gone = [i for i in bank.ids().tolist() if i not in keep]
+    r._remove(gone)
+    assert r.ann is not None and len(r.ann) == len(keep) == 4
+    hits = r.search(emb[:1], [rows[keep[0]].task_id], j=3)[0]
+    assert len(hits) == 3 and rows[keep[0]].task_id not in {rows[i].task_id for i, _ in hits}
+
+
+def test_ivf_threshold_growth_and_rebuild_on_reopen(tmp_path):
+    rng = np.random.default_rng(2)
+    emb = clustered(rng, 2600)
+    path = tmp_path / "b.sqlite"
+    bank = ExperienceBank(path)
+    r = Retriever(bank, HashingEmbedder(), ann_rows=1000, nprobe=2)
+
+    def add(a, b):
+        r.add([Experience(f"t{i // 4}", "d", f"text {i // 4}", f"trace {i}", embedding=emb[i])
+               for i in range(a, b)])
+
+    add(0, 999)
+    assert r.ann is None
+    add(999, 1000)
+    assert r.ann is not None and r.ann.trained_rows == 1000
+    first = r.ann
+    add(1000, 1999)
+    assert r.ann is first and len(first) == 1999  # incremental adds below 2x
+    add(1999, 2600)
+    assert r.ann is not first and r.ann.trained_rows == len(r.ann) == 2600  # retrained
+    q, tasks = emb[::41][:64], [f"t{i}" for i in range(64)]
+    before = r.search(q, tasks, j=3)
+    bank.close()
+    r2 = Retriever(ExperienceBank(path), HashingEmbedder(), ann_rows=1000, nprobe=2)
+    assert r2.ann is not None and len(r2.ann) == 2600
+    assert ids_of(r2.search(q, tasks, j=3)) == ids_of(before)
+    assert ids_of(r2.search(q, tasks, j=3, exact=True)) == ids_of(before)
+
+
+def test_ivf_gives_up_to_exact_search_on_unclustered_data(tmp_path):
+    bank, _ = random_bank(tmp_path / "b.sqlite", n=2000, tasks=400)
+    r = Retriever(bank, HashingEmbedder(), ann_rows=1000, nprobe=2)
+    q, tasks = unit(np.random.default_rng(3), 16), [f"t{i}" for i in range(16)]
+    exact = ids_of(r.search(q, tasks, j=3, exact=True))
+    assert ids_of(r.search(q, tasks, j=3)) == exact
+    assert r.last_fallbacks > 8  # random 384-d vectors: radius bounds prune (almost) nothing
+    for _ in range(ANN_BACKOFF):  # ... so the next searches skip the IVF, then it is retried
+        assert ids_of(r.search(q, tasks, j=3)) == exact and r._ann_skip < ANN_BACKOFF
+    assert ids_of(r.search(q, tasks, j=3)) == exact and r._ann_skip == ANN_BACKOFF
+
+
+def test_query_embedding_cache(tmp_path):
+    emb = CountingEmbedder()
+    r = Retriever(ExperienceBank(tmp_path / "b.sqlite"), emb, query_cache=3)
+    r.add([Experience(f"t{i}", "d", t, f"trace {i}") for i, t in
+           enumerate(["pay the bill", "book a table", "water the plants"])])
+    assert emb.texts == 3
+    queries = [("t0", "pay the bill"), ("q", "book a table please")]
+    first = r.retrieve(queries, j=1)
+    assert emb.texts == 4  # "pay the bill" was cached when its row was added
+    assert [[e.id for e in h] for h in r.retrieve(queries, j=1)] == \
+        [[e.id for e in h] for h in first] and emb.texts == 4
+    # LRU of 3: "book a table" was the least recently used, so it was dropped
+    assert list(r._qcache) == ["water the plants", "pay the bill", "book a table please"]
+    r.retrieve([("q", "book a table")], j=1)
+    assert emb.texts == 5 and "water the plants" not in r._qcache
+    r.query_cache = 0
+    r.retrieve(queries, j=1)
+    assert emb.texts == 7 and len(r._qcache) == 0

@@ -6,6 +6,7 @@ numpy-heavy code nor torch/faiss/sentence-transformers until a name is used.
 - ``bank``: ``Experience``, ``ExperienceBank`` (persistent, WAL, dedup, eviction).
 - ``condense``: ``condense_trajectory``, ``condense_code``, ``experience_from_trajectory``.
 - ``retriever``: ``Embedder`` (all-MiniLM-L6-v2), ``HashingEmbedder``, ``Retriever``.
+- ``ann``: ``CertifiedIVF``, the provably exact IVF index the retriever uses for large banks.
 - ``cli``: ``bank_stats``, ``bank_query``, ``bank_export`` for ``lopd bank ...``.
 """
 

