@@ -77,12 +77,14 @@ class Scale:
 _COMMON_SMALL = ("run.tensorboard=false", "run.checkpoint_every=1", "run.keep_checkpoints=1",
                  "run.eval_every=0")
 
+_SMOLLM2_BASE = {"toolworld": str(CONFIGS / "toolworld-smollm2.yaml"),
+                 "code": str(CONFIGS / "code-smollm2.yaml")}
+
 QUICK = Scale(
     name="quick", seeds=(0, 1), steps=2, ablation_steps=1, eval_tasks=3, bfcl_tasks=0,
     humaneval_tasks=2, k_values=(2, 4), j_values=(1, 2), presets=("toolworld",),
     isolate=False, init_adapter="",
-    base={"toolworld": str(CONFIGS / "toolworld-smollm2.yaml"),
-          "code": str(CONFIGS / "code-smollm2.yaml")},
+    base=_SMOLLM2_BASE,
     overrides={
         "toolworld": ("model.name=tiny-random", "model.dtype=fp32", "optim.tasks_per_step=2",
                       "optim.group_size=2", "optim.micro_batch=2", "rollout.max_steps=2",
@@ -110,8 +112,7 @@ LAPTOP = Scale(
     name="laptop", seeds=(0, 1), steps=4, ablation_steps=3, eval_tasks=24, bfcl_tasks=0,
     humaneval_tasks=40, k_values=(8, 32), j_values=(1, 3), presets=("toolworld",),
     isolate=True, init_adapter="runs/sft/adapter",
-    base={"toolworld": str(CONFIGS / "toolworld-smollm2.yaml"),
-          "code": str(CONFIGS / "code-smollm2.yaml")},
+    base=_SMOLLM2_BASE,
     overrides={
         "toolworld": ("optim.tasks_per_step=2", "optim.group_size=4", "optim.micro_batch=4",
                       "rollout.max_steps=4", "rollout.max_new_tokens=64", "data.eval_tasks=1",
