@@ -18,6 +18,8 @@ examples:
 """
 
 
+DEVICE_HELP = "auto (the GPU where there is one, else the CPU), cpu, cuda or cuda:N"
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from lopd.info import report
 
@@ -51,7 +53,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from lopd.evaluate import run_eval
 
     run_eval(model=args.model, suites=args.suite.split(","), limit=args.limit, out_dir=args.out,
-             adapter=args.adapter, threads=args.threads, dtype=args.dtype,
+             adapter=args.adapter, threads=args.threads, dtype=args.dtype, device=args.device,
              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
              max_steps=args.max_steps)
     return 0
@@ -90,7 +92,7 @@ def _cmd_sft(args: argparse.Namespace) -> int:
     from lopd.sft import run_sft
 
     run_sft(model=args.model, suite=args.suite, out_dir=args.out, steps=args.steps,
-            threads=args.threads, batch_size=args.batch_size, lr=args.lr)
+            threads=args.threads, batch_size=args.batch_size, lr=args.lr, device=args.device)
     return 0
 
 
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=int, default=2)
     ev.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "bf16-autocast"],
                     help="auto = bf16 where it is fast (GPU, AVX-512 BF16, AMX), else fp32")
+    ev.add_argument("--device", default="auto", help=DEVICE_HELP)
     ev.add_argument("--max-new-tokens", type=int, default=192)
     ev.add_argument("--max-steps", type=int, default=30,
                     help="assistant turns per ToolWorld/code episode (paper: 30); BFCL has its own")
@@ -163,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--steps", type=int, default=60)
     sft.add_argument("--threads", type=int, default=2)
     sft.add_argument("--batch-size", type=int, default=4)
+    sft.add_argument("--device", default="auto", help=DEVICE_HELP)
     sft.add_argument("--lr", type=float, default=5e-4)
     sft.set_defaults(func=_cmd_sft)
 

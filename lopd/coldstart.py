@@ -25,7 +25,7 @@ import torch
 
 from lopd.batch import TokenBatch, collate
 from lopd.composer import Composer
-from lopd.models import autocast_context
+from lopd.models import autocast_context, model_device
 from lopd.teacher import supervised_targets, teacher_logits
 from lopd.types import Task, Trajectory
 
@@ -124,7 +124,7 @@ def evaluate_nll(
     total, count = 0.0, 0
     for start in range(0, len(batch_examples), batch_size):
         chunk = batch_examples[start : start + batch_size]
-        with autocast_context(dtype):
+        with autocast_context(dtype, model_device(model)):
             nll, _ = teacher_nll(composer, model, chunk, with_context, teacher_model)
         total += float(nll.sum())
         count += nll.numel()
@@ -173,7 +173,7 @@ def cold_start(
         picks = torch.randint(len(examples), (min(batch_size, len(examples)),),
                               generator=generator).tolist()
         chunk = [examples[i] for i in picks]
-        with autocast_context(dtype):
+        with autocast_context(dtype, model_device(model)):
             nll, rows = teacher_nll(composer, model, chunk, True, teacher_model,
                                     tokenizer.pad_token_id)
         loss = _per_trajectory_mean(nll, rows, len(chunk))

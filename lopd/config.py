@@ -34,6 +34,9 @@ class ModelConfig:
     dtype: str = "auto"
     """auto (bf16-autocast where bf16 is fast: GPU, AVX-512 BF16, AMX; else fp32) | fp32 |
     bf16 (bf16 weights) | bf16-autocast (fp32 weights, bf16 matmuls)."""
+    device: str = "auto"
+    """auto (this process's GPU where CUDA is available, else the CPU) | cpu | cuda | cuda:N.
+    Under `accelerate launch`, plain cuda means cuda:$LOCAL_RANK."""
     student: str = "lora"
     """lora: the student is a LoRA adapter on the frozen base (the base is the teacher);
     full: full fine-tuning with a separate frozen teacher copy."""
@@ -199,12 +202,20 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return nested
 
 
+def _valid_device(name: str) -> bool:
+    kind, _, index = str(name).partition(":")
+    if kind in ("auto", "cpu"):
+        return not index
+    return kind == "cuda" and (not index or index.isdigit())
+
+
 def validate(config: Config) -> Config:
     """Reject values that cannot work, naming the field."""
     checks = [
         (config.method.name in METHODS, "method.name", f"one of {', '.join(METHODS)}"),
         (config.model.dtype in ("auto", "fp32", "bf16", "bf16-autocast"), "model.dtype",
          "auto, fp32, bf16 or bf16-autocast"),
+        (_valid_device(config.model.device), "model.device", "auto, cpu, cuda or cuda:N"),
         (config.model.student in ("lora", "full"), "model.student", "lora or full"),
         (config.model.lora_r > 0, "model.lora_r", "> 0"),
         (config.method.top_m >= 1, "method.top_m", ">= 1"),

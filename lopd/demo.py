@@ -70,7 +70,7 @@ def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> Path:
     print(f"[1/4] warm start on reference trajectories -> {out / 'sft'}")
     adapter = run_sft(model=config.model.name, out_dir=str(out / "sft"),
                       steps=SFT_STEPS[quick], n_tasks=40 if quick else 400,
-                      threads=config.run.threads)
+                      threads=config.run.threads, device=config.model.device)
     config.model.init_adapter = str(adapter)
     print("[2/4] LOPD run: seed bank, cold start, build trainer")
     trainer = Trainer(config)

@@ -69,9 +69,16 @@ def mean_scalar(value: float) -> float:
     """The mean of a float over processes."""
     if world()[1] == 1:
         return value
-    tensor = torch.tensor([value], dtype=torch.float64)
+    tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
     all_reduce_mean([tensor])
     return float(tensor.item())
+
+
+def _collective_device() -> torch.device:
+    """Where small tensors for collectives live: this process's GPU under NCCL, else the CPU."""
+    if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def sync_gradients(parameters: Sequence[torch.nn.Parameter]) -> None:

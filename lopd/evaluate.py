@@ -82,11 +82,12 @@ def _report(bar, job, suite: str, done: int, total: int) -> None:
         bar.console.print(f"{suite}: {done}/{total} episodes")
 
 
-def load_policy(model: str, adapter: str = "", dtype: str = "auto"):
-    """(model, tokenizer) with an optional PEFT adapter merged in for fast generation."""
+def load_policy(model: str, adapter: str = "", dtype: str = "auto", device: str = "auto"):
+    """(model, tokenizer) on ``device`` with an optional PEFT adapter merged in for fast
+    generation."""
     from lopd.models import load_model
 
-    base, tokenizer = load_model(model, dtype=dtype)
+    base, tokenizer = load_model(model, dtype=dtype, device=device)
     if adapter:
         from peft import PeftModel
 
@@ -96,7 +97,8 @@ def load_policy(model: str, adapter: str = "", dtype: str = "auto"):
 
 
 def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs/eval",
-             adapter: str = "", threads: int = 2, dtype: str = "auto", max_new_tokens: int = 192,
+             adapter: str = "", threads: int = 2, dtype: str = "auto", device: str = "auto",
+             max_new_tokens: int = 192,
              batch_size: int = 32, seed: int = 0, max_steps: int = 30) -> dict[str, dict]:
     """`lopd eval`: evaluate on each suite and write ``eval.json`` + ``eval.md`` to ``out_dir``."""
     from rich.progress import Progress
@@ -104,13 +106,13 @@ def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs
     from lopd.chat import ChatRenderer
     from lopd.envs import load_suite
     from lopd.generation import HFBackend
-    from lopd.models import resolve_dtype, setup_runtime
+    from lopd.models import model_device, resolve_dtype, setup_runtime
 
     setup_runtime(threads=threads, seed=seed)
-    policy, tokenizer = load_policy(model, adapter, dtype)
+    policy, tokenizer = load_policy(model, adapter, dtype, device)
     renderer = ChatRenderer(tokenizer)
     backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id,
-                        autocast=resolve_dtype(dtype) == "bf16-autocast")
+                        autocast=resolve_dtype(dtype, model_device(policy)) == "bf16-autocast")
     context = int(getattr(policy.config, "max_position_embeddings", 8192) or 8192)
     results: dict[str, dict] = {}
     started = time.time()

@@ -20,9 +20,9 @@ import torch
 
 from lopd import distributed
 from lopd.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
-from lopd.config import Config, save_config
+from lopd.config import Config, ConfigError, save_config
 from lopd.contexts import LatentContextProvider, StepContext, text_context
-from lopd.models import resolve_dtype
+from lopd.models import model_device, resolve_dtype
 from lopd.types import Trajectory
 
 STUDENT = "default"
@@ -52,11 +52,27 @@ class Runtime:
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id
 
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.model)
+
+    @property
+    def dtype(self) -> str:
+        """``model.dtype`` with ``auto`` resolved for the device the model is on."""
+        return resolve_dtype(self.config.model.dtype, self.device)
+
     # -- forward passes --------------------------------------------------------------------
     def autocast(self):
         from lopd.models import autocast_context
 
-        return autocast_context(self.config.model.dtype)
+        return autocast_context(self.dtype, self.device)
+
+    def backend(self):
+        """The HF generation backend over the current student weights."""
+        from lopd.generation import HFBackend
+
+        return HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
+                         autocast=self.dtype == "bf16-autocast")
 
     def student_parameters(self) -> list[torch.nn.Parameter]:
         if self.config.model.student == "full":
@@ -74,12 +90,13 @@ class Runtime:
 
         latent = mask = None
         if leaf is not None:
-            index = context.row_task[rows]
-            latent, mask = leaf.index_select(0, index), context.task_mask.index_select(0, index)
+            index = context.row_task[rows].to(leaf.device)
+            latent = leaf.index_select(0, index)
+            mask = context.task_mask.to(leaf.device).index_select(0, index)
         elif context.text_ids is not None:
             ids = [context.text_ids[r] for r in rows]
             if any(ids):
-                latent, mask = pad_context_ids(ids, self.pad_id)
+                latent, mask = pad_context_ids(ids, self.pad_id, batch.input_ids.device)
         return teacher_logits(self.model, batch, latent, mask, positions="supervised",
                               teacher_model=self.teacher_model,
                               share_prefix=self.config.optim.share_prefix)
@@ -87,16 +104,13 @@ class Runtime:
     # -- rollouts, bank, context ---------------------------------------------------------------
     def rollout(self, tasks, step: int) -> list[Trajectory]:
         from lopd.envs import make_env
-        from lopd.generation import HFBackend
         from lopd.rollout import make_group_envs, run_episodes
 
         cfg = self.config
         envs, groups = make_group_envs(tasks, cfg.optim.group_size, make_env,
                                        cfg.rollout.max_steps, seed=step)
-        backend = HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
-                            autocast=resolve_dtype(cfg.model.dtype) == "bf16-autocast")
         self.model.eval()
-        return run_episodes(envs, backend, self.renderer, cfg.rollout,
+        return run_episodes(envs, self.backend(), self.renderer, cfg.rollout,
                             seed=cfg.run.seed * 1_000_003 + step, groups=groups)
 
     def update_bank(self, trajs: list[Trajectory], step: int) -> None:
@@ -181,12 +195,10 @@ class Runtime:
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self) -> dict:
         from lopd.evaluate import evaluate_tasks, summarize
-        from lopd.generation import HFBackend
         from lopd.rollout import RolloutConfig
 
         cfg = self.config
-        backend = HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
-                            autocast=resolve_dtype(cfg.model.dtype) == "bf16-autocast")
+        backend = self.backend()
         rollout = RolloutConfig(max_steps=cfg.rollout.max_steps,
                                 max_new_tokens=cfg.rollout.max_new_tokens,
                                 max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
@@ -228,7 +240,7 @@ class Runtime:
         self._load_student(checkpoint / "student")
         if self.composer is not None:
             self.composer.load(checkpoint / "composer")
-        optim = torch.load(checkpoint / "optim.pt", weights_only=False)
+        optim = torch.load(checkpoint / "optim.pt", weights_only=False, map_location="cpu")
         self.student_opt.load_state_dict(optim["student"])
         if self.composer_opt is not None and optim["composer"] is not None:
             self.composer_opt.load_state_dict(optim["composer"])
@@ -283,11 +295,15 @@ def load_adapter_weights(model, directory: Path, adapter_name: str) -> None:
 
 
 def _build_model(config: Config):
-    from lopd.models import LoraSpec, add_adapter, freeze, load_model, setup_runtime
+    from lopd.models import LoraSpec, add_adapter, freeze, load_model, resolve_device, setup_runtime
 
     setup_runtime(threads=config.run.threads, seed=config.run.seed)
-    weights_dtype = "bf16" if resolve_dtype(config.model.dtype) == "bf16" else "fp32"
-    model, tokenizer = load_model(config.model.name, dtype=weights_dtype)
+    try:
+        device = resolve_device(config.model.device)
+    except ValueError as error:
+        raise ConfigError(f"model.device: {error}") from None
+    weights_dtype = "bf16" if resolve_dtype(config.model.dtype, device) == "bf16" else "fp32"
+    model, tokenizer = load_model(config.model.name, dtype=weights_dtype, device=str(device))
     teacher = None
     if config.model.student == "full":
         teacher = freeze(copy.deepcopy(model))
@@ -402,16 +418,15 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
     if len(examples) >= 5 and cfg.cold_start_steps:
         held = examples[: held_out_count(len(examples))]
         fit = examples[len(held):]
-        with rt.autocast():
-            result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
-                                lr=1e-3, batch_size=4, seed=rt.config.run.seed,
-                                teacher_model=rt.teacher_model, evaluate=False)
-            report.update(
-                train_losses=result.losses,
-                heldout_nll_no_context=evaluate_nll(rt.composer, rt.model, held, False, 4,
-                                                    rt.teacher_model),
-                heldout_nll_context=evaluate_nll(rt.composer, rt.model, held, True, 4,
-                                                 rt.teacher_model))
+        result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
+                            lr=1e-3, batch_size=4, seed=rt.config.run.seed,
+                            teacher_model=rt.teacher_model, evaluate=False, dtype=rt.dtype)
+        report.update(
+            train_losses=result.losses,
+            heldout_nll_no_context=evaluate_nll(rt.composer, rt.model, held, False, 4,
+                                                rt.teacher_model, rt.dtype),
+            heldout_nll_context=evaluate_nll(rt.composer, rt.model, held, True, 4,
+                                             rt.teacher_model, rt.dtype))
     rt.composer.save(phi0)
     (rt.out / "coldstart.json").write_text(json.dumps(report, indent=2))
     return report

@@ -23,27 +23,35 @@ def sft_loss(model, trajs, pad_id: int) -> torch.Tensor:
     from lopd.batch import collate, gather_token_logprobs
     from lopd.teacher import student_logits
 
-    batch = collate(trajs, pad_id)
+    batch = collate(trajs, pad_id).to(next(model.parameters()).device)
     logits = student_logits(model, batch, positions="supervised")  # (N, V)
     targets = batch.targets[batch.target_mask]
     rows = batch.target_mask.nonzero()[:, 0]
     nll = -gather_token_logprobs(logits, targets)  # (N,)
-    per_row = torch.zeros(len(trajs)).index_add(0, rows, nll) / torch.bincount(rows, minlength=len(trajs)).clamp(min=1)
+    per_row = torch.zeros(len(trajs), device=nll.device).index_add(0, rows, nll) / torch.bincount(rows, minlength=len(trajs)).clamp(min=1)
     return per_row.mean()
 
 
 def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir: str = "runs/sft",
             steps: int = 60, threads: int = 2, batch_size: int = 4, lr: float = 5e-4,
-            lora_r: int = 16, n_tasks: int = 400, seed: int = 0, dtype: str = "auto") -> Path:
+            lora_r: int = 16, n_tasks: int = 400, seed: int = 0, dtype: str = "auto",
+            device: str = "auto") -> Path:
     from rich.progress import Progress
 
     from lopd.chat import ChatRenderer
     from lopd.envs import load_suite
-    from lopd.models import LoraSpec, add_adapter, autocast_context, load_model, setup_runtime
+    from lopd.models import (
+        LoraSpec,
+        add_adapter,
+        autocast_context,
+        load_model,
+        model_device,
+        setup_runtime,
+    )
     from lopd.reference import reference_trajectory
 
     setup_runtime(threads=threads, seed=seed)
-    base, tokenizer = load_model(model, dtype="fp32")
+    base, tokenizer = load_model(model, dtype="fp32", device=device)
     student = add_adapter(base, "default", LoraSpec(r=lora_r, alpha=2 * lora_r))
     renderer = ChatRenderer(tokenizer)
     tasks = [t for t in load_suite(suite, n=n_tasks) if t.reference]
@@ -59,7 +67,7 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
         job = bar.add_task("sft warm start", total=steps)
         for _ in range(steps):
             chunk = rng.sample(data, min(batch_size, len(data)))
-            with autocast_context(dtype):
+            with autocast_context(dtype, model_device(student)):
                 loss = sft_loss(student, chunk, tokenizer.pad_token_id)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -94,7 +94,9 @@ class Trainer:
         cfg, rt = self.config, self.rt
         method = cfg.method.name
         rt.zero_grad()
+        device = rt.device
         active = context.active if context is not None else torch.ones(len(trajs), dtype=torch.bool)
+        active = active.to(device)
         rows_in_step = int(active.sum())
         leaf = None
         if context is not None and context.task_latent is not None:
@@ -103,14 +105,14 @@ class Trainer:
         if method == "grpo":
             rewards = torch.tensor([t.reward for t in trajs])
             groups = torch.tensor([t.group for t in trajs])
-            advantages = losses.group_advantages(rewards, groups)
+            advantages = losses.group_advantages(rewards, groups).to(device)
         total = LossTerms(objective=torch.zeros(()))
         step_size = cfg.optim.micro_batch
         for start in range(0, len(trajs), step_size):
             rows = list(range(start, min(start + step_size, len(trajs))))
             if not bool(active[rows].any()):
                 continue
-            batch = collate([trajs[r] for r in rows], rt.pad_id)
+            batch = collate([trajs[r] for r in rows], rt.pad_id).to(device)
             targets = batch.targets[batch.target_mask]
             row_of = batch.target_mask.nonzero()[:, 0]
             with rt.autocast():
@@ -122,7 +124,7 @@ class Trainer:
                     mark = time.perf_counter()
                     teacher = rt.teacher_logits(batch, context, rows, leaf)
                     timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - mark
-                    signal = torch.tensor([trajs[r].advantage_signal for r in rows])
+                    signal = torch.tensor([trajs[r].advantage_signal for r in rows], device=device)
                     terms = distill_loss(method, student, teacher, targets, row_of,
                                          active[rows], signal, self.beta, rows_in_step,
                                          cfg.method.top_m, cfg.method.jsd_beta)

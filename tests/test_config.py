@@ -29,6 +29,8 @@ def test_overrides_and_round_trip(tmp_path):
     ("rollout.top_p=1.5", "rollout.top_p"),
     ("method.margin=-1", "method.margin"),
     ("model.dtype=fp8", "model.dtype"),
+    ("model.device=tpu", "model.device"),
+    ("model.device=cuda:x", "model.device"),
     ("optim.nope=1", "optim.nope"),
     ("bogus.steps=1", "bogus"),
     ("run.tensorboard=maybe", "run.tensorboard"),
@@ -59,3 +61,26 @@ def test_cli_help_lists_commands():
     text = build_parser().format_help()
     for command in ("demo", "train", "eval", "bank", "inspect", "sft", "export", "info"):
         assert command in text
+
+
+def test_devices_resolve():
+    import torch
+
+    from lopd.models import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            resolve_device("cuda")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_names_the_field(tmp_path):
+    from lopd.trainer import Trainer
+
+    config = load_config(None, ["model.name=tiny-random", "model.device=cuda",
+                                f"run.out_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"model\.device"):
+        Trainer(config)

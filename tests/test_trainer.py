@@ -125,11 +125,12 @@ def test_export_gives_a_plain_hf_model_equal_to_the_student(tmp_path):
     out = export_student(trainer.out, tmp_path / "exported", merge=True)
     exported = AutoModelForCausalLM.from_pretrained(out).eval()
     ids = torch.tensor([[1, 2, 3, 4, 5]])
+    device = trainer.rt.device
     with torch.no_grad():
-        expected = trainer.rt.model(input_ids=ids).logits
+        expected = trainer.rt.model(input_ids=ids.to(device)).logits.cpu()
         got = exported(input_ids=ids).logits
         with adapters_disabled(trainer.rt.model):
-            base = trainer.rt.model(input_ids=ids).logits
+            base = trainer.rt.model(input_ids=ids.to(device)).logits.cpu()
     assert torch.allclose(expected, got, atol=1e-4)
     assert not torch.allclose(base, got, atol=1e-4)  # the trained student, not the base
     adapter = export_student(trainer.out, tmp_path / "adapter")

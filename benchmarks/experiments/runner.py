@@ -146,14 +146,11 @@ def evaluate_suites(rt, suites: dict[str, int | None], seed: int = 0) -> dict[st
     """Greedy held-out evaluation of the run's student on each suite (same limits for all)."""
     from lopd.envs import load_suite
     from lopd.evaluate import evaluate_tasks, summarize
-    from lopd.generation import HFBackend
-    from lopd.models import resolve_dtype
     from lopd.rollout import RolloutConfig
 
     cfg = rt.config
     rt.model.eval()
-    backend = HFBackend(rt.model, rt.renderer.stop_ids, rt.pad_id,
-                        autocast=resolve_dtype(cfg.model.dtype) == "bf16-autocast")
+    backend = rt.backend()
     window = int(getattr(rt.model.config, "max_position_embeddings", 8192) or 8192)
     out = {}
     for suite, n in suites.items():
@@ -207,7 +204,6 @@ def text_nll(rt, examples: list, batch_size: int = 4) -> float:
 
 def teacher_probe(rt, cache: Path) -> dict:
     from lopd.coldstart import evaluate_nll
-    from lopd.models import resolve_dtype
 
     examples = _probe_examples(cache)
     if not examples:
@@ -218,7 +214,7 @@ def teacher_probe(rt, cache: Path) -> dict:
     else:
         rt.composer.eval()
         nll = evaluate_nll(rt.composer, rt.model, examples, True, 4, rt.teacher_model,
-                           resolve_dtype(rt.config.model.dtype))
+                           rt.dtype)
     return {"examples": len(examples), "nll_context_after": nll,
             "seconds": round(time.perf_counter() - started, 1)}
 
