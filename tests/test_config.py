@@ -31,6 +31,7 @@ def test_overrides_and_round_trip(tmp_path):
     ("model.dtype=fp8", "model.dtype"),
     ("model.device=tpu", "model.device"),
     ("model.device=cuda:x", "model.device"),
+    ("optim.share_prefix=maybe", "optim.share_prefix"),
     ("optim.nope=1", "optim.nope"),
     ("bogus.steps=1", "bogus"),
     ("run.tensorboard=maybe", "run.tensorboard"),
@@ -61,6 +62,12 @@ def test_cli_help_lists_commands():
     text = build_parser().format_help()
     for command in ("demo", "train", "eval", "bank", "inspect", "sft", "export", "info"):
         assert command in text
+
+
+def test_share_prefix_takes_yaml_booleans():
+    assert load_config(None, ["optim.share_prefix=true"]).optim.share_prefix == "true"
+    assert load_config(None, ["optim.share_prefix=False"]).optim.share_prefix == "false"
+    assert load_config(None, []).optim.share_prefix == "auto"
 
 
 def test_devices_resolve():

@@ -46,13 +46,10 @@ def test_full_fine_tuning_and_text_context_on_the_gpu(tmp_path):
         assert sum(row["signal_rows"] for row in history) > 0
 
 
-def test_resume_on_the_gpu(tmp_path):
-    first = Trainer(_gpu_config(tmp_path, "lopd"))
-    first.fit()
-    del first
-    resumed = Trainer(_gpu_config(tmp_path, "lopd", **{"optim.steps": 3}), resume=True)
-    assert resumed.step == 2
-    assert len(resumed.fit()) == 1
+def test_resume_on_the_gpu_repeats_the_run_when_deterministic(tmp_path):
+    from test_trainer import assert_resume_repeats
+
+    assert_resume_repeats(tmp_path, **{"model.device": "cuda", "run.deterministic": "true"})
 
 
 def test_sft_and_eval_on_the_gpu(tmp_path):

@@ -96,13 +96,14 @@ def _metrics(path):
     return [{k: row[k] for k in keys} for row in rows if "reward" in row]
 
 
-def test_resume_repeats_the_uninterrupted_run(tmp_path):
-    straight = Trainer(_config(tmp_path / "a", "lopd", steps=4))
+def assert_resume_repeats(tmp_path, **extra):
+    """4 steps straight vs 2 steps, a "kill", ``--resume``, 2 more: the same metrics."""
+    straight = Trainer(_config(tmp_path / "a", "lopd", steps=4, **extra))
     straight.fit()
-    first = Trainer(_config(tmp_path / "b", "lopd", steps=2))
+    first = Trainer(_config(tmp_path / "b", "lopd", steps=2, **extra))
     first.fit()
     del first  # the "kill": only what was checkpointed survives
-    resumed = Trainer(_config(tmp_path / "b", "lopd", steps=4), resume=True)
+    resumed = Trainer(_config(tmp_path / "b", "lopd", steps=4, **extra), resume=True)
     assert resumed.step == 2
     resumed.fit()
     a = _metrics(straight.metrics_path)
@@ -111,7 +112,11 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path):
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         for key in x:
-            assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), key
+            assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), (x["step"], key)
+
+
+def test_resume_repeats_the_uninterrupted_run(tmp_path):
+    assert_resume_repeats(tmp_path, **{"model.device": "cpu"})  # tests/test_gpu.py: on a GPU
 
 
 def test_export_gives_a_plain_hf_model_equal_to_the_student(tmp_path):
