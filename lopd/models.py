@@ -69,6 +69,10 @@ def setup_runtime(threads: int | None = None, seed: int | None = None,
         # cuBLAS reads this when its first handle is made, i.e. before the first GPU matmul
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
+        # the fused attention backwards (flash, memory-efficient, cuDNN) accumulate with
+        # atomics; the plain math kernel does not
+        for backend in ("flash", "mem_efficient", "cudnn"):
+            getattr(torch.backends.cuda, f"enable_{backend}_sdp")(False)
     if threads:
         torch.set_num_threads(int(threads))
     if seed is not None:

@@ -20,10 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 
 def largest_difference(a: list[dict], b: list[dict]) -> float:
+    """max |x - y| / max(|x|, |y|, 1e-4) over every logged metric of every step."""
     worst = 0.0
     for x, y in zip(a, b):
         for key, value in x.items():
-            scale = max(abs(value), abs(y[key]), 1e-12)
+            scale = max(abs(value), abs(y[key]), 1e-4)
             worst = max(worst, abs(value - y[key]) / scale)
     return worst
 
