@@ -92,7 +92,8 @@ def _cmd_sft(args: argparse.Namespace) -> int:
     from lopd.sft import run_sft
 
     run_sft(model=args.model, suite=args.suite, out_dir=args.out, steps=args.steps,
-            threads=args.threads, batch_size=args.batch_size, lr=args.lr, device=args.device)
+            threads=args.threads, batch_size=args.batch_size, lr=args.lr, device=args.device,
+            mixed_batches=args.mixed_batches)
     return 0
 
 
@@ -167,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--threads", type=int, default=2)
     sft.add_argument("--batch-size", type=int, default=4)
     sft.add_argument("--device", default="auto", help=DEVICE_HELP)
+    sft.add_argument("--mixed-batches", action="store_true",
+                     help="draw each batch from all domains (default: one domain per step, so "
+                          "its shared system prompt runs once)")
     sft.add_argument("--lr", type=float, default=5e-4)
     sft.set_defaults(func=_cmd_sft)
 

@@ -87,8 +87,19 @@ def test_quick_sweep_writes_every_table_and_resumes(tmp_path, capsys):
         report.split(HUMAN_START)[1].split(HUMAN_END)[0], "\nkept by hand\n"))
     capsys.readouterr()
     assert main(["all", *args]) == 0
-    assert "18 runs, 18 already finished, 0 to run" in capsys.readouterr().out
+    assert "18 runs, 18 already finished (0 of them" in capsys.readouterr().out
     assert "kept by hand" in (out / "RESULTS.md").read_text()
+
+    # a suite asked for later is evaluated on the finished runs, with no training
+    before = (runs / "toolworld" / "lopd-s0" / "metrics.jsonl").read_text()
+    assert main(["methods", *args, "--bfcl", "1", "--only", "vanilla,lopd"]) == 0
+    printed = capsys.readouterr().out
+    assert "[run " not in printed and "[eval] toolworld/lopd-s0: adding bfcl-multi-turn" in printed
+    assert (runs / "toolworld" / "lopd-s0" / "metrics.jsonl").read_text() == before
+    rows = json.loads((out / "methods.json").read_text())["data"]["toolworld"]
+    topped = {r["name"]: r for r in rows if "bfcl-multi-turn" in r["suites"]}
+    assert {"vanilla", "lopd"} <= set(topped)
+    assert topped["lopd"]["suites"]["bfcl-multi-turn"]["n"] >= 1
 
 
 def test_code_preset_evaluates_humaneval_in_a_subprocess(tmp_path):

@@ -108,24 +108,31 @@ def ensure_warm_start(st: plan.Settings, jobs: list[plan.Job]) -> None:
     if not plan.needs_warm_start(st, jobs):
         return
     out = Path(st.init_adapter).parent
-    print(f"warm start: lopd sft --steps 30 --out {out}", flush=True)
+    # mixed batches: the warm start the committed laptop sweep was run from
+    print(f"warm start: lopd sft --steps 30 --mixed-batches --out {out}", flush=True)
     subprocess.run([sys.executable, "-m", "lopd.cli", "sft", "--model", st.model or "smollm2-135m",
-                    "--out", str(out), "--steps", "30"], cwd=REPO, check=True)
+                    "--out", str(out), "--steps", "30", "--mixed-batches"], cwd=REPO, check=True)
 
 
 def plan_summary(jobs: list[plan.Job], st: plan.Settings) -> tuple[str, list[str]]:
     """One line (runs, finished, estimated wall time of the rest) and the per-run breakdown."""
-    done = set()
+    done, topped = set(), []
     for job in jobs:
         try:
-            if runner.load_result(job) is not None:
-                done.add(job.key)
+            result = runner.load_result(job)
         except runner.RunMismatch as err:
             print(f"warning: {err}")
+            continue
+        if result is not None:
+            done.add(job.key)
+            extra = runner.missing_evals(job, result)
+            if extra:
+                topped.append(f"  {job.key:<28} finished; to evaluate on {', '.join(extra)}")
     seconds, lines = plan.estimate(jobs, st, done)
     eta = "unknown" if seconds is None else f"~{seconds / 60:.0f} min"
-    return (f"plan ({st.scale.name} scale): {len(jobs)} runs, {len(done)} already finished, "
-            f"{len(jobs) - len(done)} to run; estimated wall time {eta}"), lines
+    return (f"plan ({st.scale.name} scale): {len(jobs)} runs, {len(done)} already finished "
+            f"({len(topped)} of them to evaluate on more suites), {len(jobs) - len(done)} to "
+            f"run; estimated wall time of the runs {eta}"), lines + topped
 
 
 def print_plan(jobs: list[plan.Job], st: plan.Settings) -> None:

@@ -86,9 +86,10 @@ class Job:
 
     @property
     def fingerprint(self) -> str:
-        """What makes two runs the same run (the run directory itself excluded)."""
+        """What makes two runs the same training run (the run directory and the held-out
+        suites excluded: suites asked for later are added to a finished run)."""
         kept = [o for o in self.overrides if not o.startswith("run.out_dir=")]
-        blob = json.dumps([Path(self.base).name, kept, self.evals, self.probe], sort_keys=True)
+        blob = json.dumps([Path(self.base).name, kept, self.probe], sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     def to_json(self) -> dict:

@@ -1,7 +1,9 @@
 """Run one ``Job``: train with the lopd ``Trainer`` in-process, evaluate, write ``result.json``.
 
 - Resumable: a run whose ``result.json`` exists (same fingerprint) is skipped; one killed
-  mid-training continues from its last checkpoint (``Trainer(resume=True)``).
+  mid-training continues from its last checkpoint (``Trainer(resume=True)``). Held-out suites
+  asked for later (``--bfcl N`` after a sweep without it) are evaluated on the finished run's
+  final student and added to its result, without training again.
 - Cold-start cache: bank seeding + composer cold start depend only on (seed, K, J, model, ...),
   not on the margin, the composer's freezing or the step budget, so they are computed once
   per key under ``RUNS/_coldstart/KEY`` and copied into every LOPD-family run directory
@@ -41,8 +43,8 @@ _NOT_COLD_START = {  # config fields that do not change bank seeding or the cold
     "data": ("eval_suite", "eval_tasks"),
     "rollout": ("max_new_tokens", "max_context_tokens", "temperature", "top_p"),
     "run": ("out_dir", "threads", "eval_every", "checkpoint_every", "keep_checkpoints",
-            "tensorboard"),
-    "model": ("init_adapter",),
+            "tensorboard", "deterministic"),
+    "model": ("init_adapter", "device"),
 }
 
 
@@ -226,10 +228,56 @@ def load_result(job: Job) -> dict | None:
     if not path.exists():
         return None
     result = json.loads(path.read_text())
-    if result.get("fingerprint") != job.fingerprint:
+    if _trained_fingerprint(result) != job.fingerprint:
         raise RunMismatch(f"{job.run_dir} holds a run with another configuration; delete it or "
                           f"pass another --runs directory")
     return result
+
+
+def _trained_fingerprint(result: dict) -> str:
+    """The fingerprint of the training a result comes from. Results written before the held-out
+    suites left the fingerprint read it from the run's ``job.json``."""
+    if "eval_spec" in result:
+        return result["fingerprint"]
+    saved = Path(result["run_dir"]) / "job.json"
+    return Job.from_json(json.loads(saved.read_text())).fingerprint if saved.exists() else ""
+
+
+def missing_evals(job: Job, result: dict) -> dict[str, int | None]:
+    """Suites (and task counts) the job asks for that the finished run was not evaluated on."""
+    done = result.get("eval_spec")
+    if done is None:  # an older result: its job.json holds the suites it ran
+        saved = Path(result["run_dir"]) / "job.json"
+        done = json.loads(saved.read_text())["evals"] if saved.exists() else {}
+    return {suite: n for suite, n in job.evals.items()
+            if suite not in result.get("eval", {}) or done.get(suite, -1) != n}
+
+
+def add_evals(job: Job, result: dict, suites: dict[str, int | None]) -> dict:
+    """Evaluate a finished run's final student on more suites; rewrite its ``result.json``."""
+    from lopd.checkpoint import latest_checkpoint
+    from lopd.config import load_config
+    from lopd.trainer import Trainer
+
+    started = time.perf_counter()
+    config = load_config(job.base, job.overrides)
+    trainer = Trainer(config, resume=latest_checkpoint(Path(job.run_dir)) is not None)
+    evals = evaluate_suites(trainer.rt, suites)
+    _close(trainer)
+    done = result.get("eval_spec") or {s: n for s, n in job.evals.items() if s in result["eval"]}
+    result = {**result, "eval": {**result.get("eval", {}), **evals},
+              "eval_spec": {**done, **suites}, "fingerprint": job.fingerprint}
+    timing = result.setdefault("timing", {})
+    timing["added_eval_s"] = round(timing.get("added_eval_s", 0.0)
+                                   + time.perf_counter() - started, 1)
+    _write_result(Path(job.run_dir), result)
+    return result
+
+
+def _write_result(run_dir: Path, result: dict) -> None:
+    tmp = run_dir / (RESULT + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(run_dir / RESULT)
 
 
 def _claim(job: Job) -> None:
@@ -270,9 +318,7 @@ def run_one(job: Job) -> dict:
         "cache_s": cache_s, "setup_s": setup_s, "train_s": train_s, "eval_s": eval_s,
         "wall_s": time.perf_counter() - started})
     _close(trainer)
-    tmp = run_dir / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(run_dir / RESULT)
+    _write_result(run_dir, result)
     return result
 
 
@@ -284,7 +330,8 @@ def _result(job, config, trainer, evals, probe, cache, memory, resumed, timing) 
     return {
         "key": job.key, "name": job.name, "method": job.method, "seed": job.seed,
         "fingerprint": job.fingerprint, "run_dir": job.run_dir, "config": config.to_dict(),
-        "metrics": [r for r in rows if "reward" in r], "eval": evals, "probe": probe,
+        "metrics": [r for r in rows if "reward" in r], "eval": evals, "eval_spec": job.evals,
+        "probe": probe,
         "coldstart": json.loads(coldstart.read_text()) if coldstart.exists() else None,
         "cache": cache_info, "resumed": resumed,
         "timing": {k: round(v, 1) for k, v in timing.items()},
@@ -323,5 +370,10 @@ def execute(jobs: list[Job], isolate: bool) -> dict[str, dict]:
         print(f"[run {index}/{len(todo)}] {job.key} done in {time.perf_counter() - started:.0f} s",
               flush=True)
     for job in jobs:
-        results[job.key] = load_result(job)
+        result = load_result(job)
+        extra = missing_evals(job, result)
+        if extra:
+            print(f"[eval] {job.key}: adding {', '.join(extra)} to the finished run", flush=True)
+            result = add_evals(job, result, extra)
+        results[job.key] = result
     return results
