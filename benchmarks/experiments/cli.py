@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="one subprocess per run (default at laptop/paper scale)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    p.add_argument("--no-new-runs", action="store_true",
+                   help="train nothing: only add missing held-out suites to finished runs and "
+                        "rewrite the tables (unfinished runs are listed as missing)")
     return p
 
 
@@ -152,6 +155,13 @@ def _results(specs: list[plan.RunSpec], st: plan.Settings) -> dict[str, dict | N
     return found
 
 
+def _finished(job: plan.Job) -> bool:
+    try:
+        return runner.load_result(job) is not None
+    except runner.RunMismatch:
+        return False
+
+
 def run_experiments(names: list[str], st: plan.Settings, args: argparse.Namespace) -> int:
     specs = {name: plan.experiment_runs(name, st) for name in names}
     todo = plan.selected([s for name in names for s in specs[name]], st)
@@ -159,6 +169,8 @@ def run_experiments(names: list[str], st: plan.Settings, args: argparse.Namespac
     print_plan(jobs, st)
     if args.dry_run:
         return 0
+    if args.no_new_runs:
+        jobs = [job for job in jobs if _finished(job)]
     started = time.perf_counter()
     ensure_warm_start(st, jobs)
     runner.execute(jobs, st.isolate)
