@@ -111,3 +111,12 @@ def test_code_preset_evaluates_humaneval_in_a_subprocess(tmp_path):
     assert record["data"]["code"][0]["suites"]["humaneval"]["n"] == 2
     assert len(record["missing"]) == 9  # --only: the trained rows are not run here
     assert "humaneval pass@1" in (out / "RESULTS.md").read_text()
+
+
+def test_no_new_runs_trains_nothing(tmp_path, capsys):
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    assert main(["methods", "--scale", "quick", "--presets", "code", "--no-new-runs",
+                 "--out", str(out), "--runs", str(runs)]) == 0
+    assert "[run " not in capsys.readouterr().out
+    record = json.loads((out / "methods.json").read_text())
+    assert len(record["missing"]) == 10 and not list(runs.glob("code/*/result.json"))
