@@ -76,9 +76,10 @@ def mean_scalar(value: float) -> float:
 
 def _collective_device() -> torch.device:
     """Where small tensors for collectives live: this process's GPU under NCCL, else the CPU."""
-    if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
+    from lopd.models import resolve_device
+
+    nccl = torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl"
+    return resolve_device("cuda" if nccl else "cpu")
 
 
 def sync_gradients(parameters: Sequence[torch.nn.Parameter]) -> None:

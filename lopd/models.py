@@ -18,6 +18,7 @@ Nothing is downloaded: a hub id that is not a local directory is an error that s
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -110,6 +111,11 @@ def fast_bf16(device: torch.device | str | None = None) -> bool:
     """
     if torch.device(device or resolve_device()).type == "cuda":
         return True
+    return _cpu_has_fast_bf16()
+
+
+@functools.cache
+def _cpu_has_fast_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:

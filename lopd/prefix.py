@@ -29,6 +29,12 @@ import inspect
 import torch
 
 
+def sharing_pays_off(device: torch.device) -> bool:
+    """``optim.share_prefix=auto``: share on CPUs, where it saves FLOPs; not on GPUs, where the
+    extra segment launches cost more than they save (benchmarks/results/gpu.md)."""
+    return device.type == "cpu"
+
+
 def prefix_groups(inputs: torch.Tensor, prefix_len: torch.Tensor) -> tuple[list[int], torch.Tensor]:
     """Rows whose first ``prefix_len[b]`` input vectors are identical share a prefix.
 

@@ -64,8 +64,10 @@ class Runtime:
     @property
     def share_prefix(self) -> bool:
         """``optim.share_prefix`` resolved: ``auto`` shares on CPUs only."""
+        from lopd.prefix import sharing_pays_off
+
         setting = self.config.optim.share_prefix
-        return self.device.type == "cpu" if setting == "auto" else setting == "true"
+        return sharing_pays_off(self.device) if setting == "auto" else setting == "true"
 
     # -- forward passes --------------------------------------------------------------------
     def autocast(self):

@@ -43,12 +43,13 @@ def sft_loss(model, trajs, pad_id: int, share_prefix: bool = True) -> torch.Tens
     """Mean over trajectories of the per-trajectory mean NLL of action tokens. With
     ``share_prefix`` rows of one domain run their common system prompt once."""
     from lopd.batch import collate, gather_token_logprobs
+    from lopd.models import model_device
     from lopd.teacher import student_logits
 
     batch = collate(trajs, pad_id)
     if share_prefix:  # the split point only: no context is inserted in a student forward
         batch.prompt_lens = torch.tensor(shared_prefix_lens(trajs), dtype=torch.long)
-    batch = batch.to(next(model.parameters()).device)
+    batch = batch.to(model_device(model))
     logits = student_logits(model, batch, positions="supervised", share_prefix=share_prefix)
     targets = batch.targets[batch.target_mask]
     rows = batch.target_mask.nonzero()[:, 0]
@@ -73,6 +74,7 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
         model_device,
         setup_runtime,
     )
+    from lopd.prefix import sharing_pays_off
     from lopd.reference import reference_trajectory
 
     setup_runtime(threads=threads, seed=seed)
@@ -89,7 +91,7 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     for traj in data:
         by_domain.setdefault(traj.task.domain, []).append(traj)
     domains = sorted(by_domain)
-    share = model_device(student).type == "cpu"  # as optim.share_prefix=auto
+    share = sharing_pays_off(model_device(student))
     losses: list[float] = []
     started = time.time()
     student.train()
