@@ -102,12 +102,36 @@ def teacher_nll(
     return nll, rows
 
 
-def _per_trajectory_mean(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """Eq. 10 reduction: mean over each row's tokens, then over rows that have tokens."""
+def _row_mean_sum(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """Sum over rows that have tokens of each row's mean NLL (eq. 10's inner mean)."""
     sums = torch.zeros(n_rows, device=nll.device, dtype=nll.dtype).index_add(0, rows, nll)
     counts = torch.bincount(rows, minlength=n_rows).to(nll.dtype)
     has = counts > 0
-    return (sums[has] / counts[has]).mean()
+    return (sums[has] / counts[has]).sum()
+
+
+def _rows_with_tokens(examples: list[ColdStartExample]) -> int:
+    return int(collate_examples(examples, 0).target_mask.any(1).sum())
+
+
+def _accumulate_step(composer, model, chunk, micro_batch, teacher_model, pad_id,
+                     dtype) -> float | None:
+    """Eq. 10 loss of ``chunk`` (mean over rows of each row's mean NLL), its gradient
+    accumulated over forwards of ``micro_batch`` examples: the same gradient as one forward of
+    the whole chunk, with a fraction of its activations alive at a time. None: no tokens."""
+    n_rows = _rows_with_tokens(chunk)
+    if not n_rows:
+        return None
+    value = 0.0
+    for start in range(0, len(chunk), micro_batch):
+        part = chunk[start : start + micro_batch]
+        with autocast_context(dtype, model_device(model)):
+            nll, rows = teacher_nll(composer, model, part, True, teacher_model, pad_id)
+        loss = _row_mean_sum(nll, rows, len(part)) / n_rows
+        if loss.requires_grad:
+            loss.backward()
+        value += float(loss.detach())
+    return value
 
 
 @torch.no_grad()
@@ -147,6 +171,7 @@ def cold_start(
     evaluate: bool = True,
     log=None,
     dtype: str = "fp32",
+    micro_batch: int = 1,
 ) -> ColdStartResult:
     """Fit the composer on ``examples`` for ``steps`` AdamW steps; returns the metrics.
 
@@ -154,7 +179,9 @@ def cold_start(
     disabled (or ``teacher_model``), so only ``composer.trainable_parameters()`` move. With
     ``save_dir`` the result ``phi_0`` is written by ``composer.save``. ``log(step, loss)`` is
     called after every step if given. ``tokenizer`` pads the batches. ``dtype="bf16-autocast"``
-    runs the forwards under CPU/GPU bf16 autocast (``lopd.models.autocast_context``).
+    runs the forwards under CPU/GPU bf16 autocast (``lopd.models.autocast_context``). Each
+    step's gradient accumulates over forwards of ``micro_batch`` examples (peak memory
+    ``benchmarks/results/memory.md``).
     """
     if not examples:
         raise ValueError("cold start needs at least one example")
@@ -173,16 +200,14 @@ def cold_start(
         picks = torch.randint(len(examples), (min(batch_size, len(examples)),),
                               generator=generator).tolist()
         chunk = [examples[i] for i in picks]
-        with autocast_context(dtype, model_device(model)):
-            nll, rows = teacher_nll(composer, model, chunk, True, teacher_model,
-                                    tokenizer.pad_token_id)
-        loss = _per_trajectory_mean(nll, rows, len(chunk))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        value = _accumulate_step(composer, model, chunk, max(micro_batch, 1), teacher_model,
+                                 tokenizer.pad_token_id, dtype)
+        if value is None:  # no supervised token in the draw: nothing to learn from
+            continue
         if grad_clip:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
         optimizer.step()
-        value = float(loss.detach())
         result.losses.append(value)
         if log is not None:
             log(step, value)

@@ -123,6 +123,11 @@ class OptimConfig:
     rollouts in one micro-batch (micro_batch a multiple of group_size) to get the most from it.
     auto: true on CPUs, where it saves FLOPs (1.8x faster LOPD re-scoring here), false on GPUs,
     where the extra segment launches cost more than they save (benchmarks/results/step_time*)."""
+    composer_recompute: bool = True
+    """LOPD: compose the step's latent context without an autograd graph and run the composer
+    again, with its graph, only for its own backward (after the micro-batches). Keeps the
+    encoder's activations out of the update loop's peak memory for one extra encoder forward
+    (benchmarks/results/memory.md); false keeps the graph from the compose phase on."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,8 @@ class Runtime:
         if method == "lopd" and self.config.method.context == "text":
             return self._experience_text_context(trajs, step)
         if method == "lopd":
-            return self.provider(trajs, step)
+            with torch.no_grad() if self.config.optim.composer_recompute else nullcontext():
+                return self.provider(trajs, step)
         skills = self.skills.lookup(trajs, step) if self.skills is not None else None
         return text_context(method, trajs, self.renderer, self.config.method.experience_chars,
                             demos=self.demos, skills=skills)
@@ -177,6 +179,8 @@ class Runtime:
         if self.composer_opt is None or leaf.grad is None and not self.config.method.anchor_weight:
             return 0.0
         latent = context.task_latent
+        if self.config.optim.composer_recompute:  # composed without a graph: build it now
+            latent, _ = self.composer.compose(context.task_prompts, context.texts)
         with torch.no_grad():
             reference, _ = self.anchor_composer.compose(context.task_prompts, context.texts)
         anchor = latent_anchor(latent, reference)

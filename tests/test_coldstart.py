@@ -64,6 +64,27 @@ def test_cold_start_lowers_teacher_nll_with_context(tmp_path):
     assert reloaded == pytest.approx(result.nll_context_after, abs=1e-4)
 
 
+def test_micro_batches_accumulate_the_whole_batch_gradient():
+    """A step over 5 examples in forwards of 1 or 2 equals one forward of all 5: loss and grads."""
+    from lopd.coldstart import _accumulate_step
+
+    model, tokenizer, composer = build("tiny-random", num_queries=4, n_layers=1)
+    examples = synthetic_examples(tokenizer, 5)
+    seen = []
+    for micro_batch in (5, 2, 1):
+        for param in composer.trainable_parameters():
+            param.grad = None
+        loss = _accumulate_step(composer, model, examples, micro_batch, None,
+                                tokenizer.pad_token_id, "fp32")
+        seen.append((loss, [p.grad.clone() for p in composer.trainable_parameters()]))
+    whole_loss, whole_grads = seen[0]
+    assert whole_loss > 0 and any(g.abs().sum() > 0 for g in whole_grads)
+    for loss, grads in seen[1:]:
+        assert loss == pytest.approx(whole_loss, rel=1e-5)
+        for a, b in zip(grads, whole_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
 def test_token_batch_rows_and_trajectories_give_the_same_nll():
     model, tokenizer, composer = build("tiny-random", num_queries=4, n_layers=1)
     examples = synthetic_examples(tokenizer, 3)

@@ -90,6 +90,28 @@ def test_frozen_composer_does_not_move(tmp_path):
     assert not _moved(composer, trainer.rt.composer.trainable_parameters())
 
 
+def test_composer_recompute_gives_the_same_gradients(tmp_path):
+    """optim.composer_recompute only moves the encoder forward: same loss terms, same grads."""
+    trainer = Trainer(_config(tmp_path, "lopd"))
+    rt = trainer.rt
+    trajs = rt.rollout(trainer.sample_tasks(0), 0)
+    rt.update_bank(trajs, 0)
+    rt.optimizer_step = lambda: None  # keep the gradients of one update
+    seen = {}
+    for flag in (False, True):
+        trainer.config.optim.composer_recompute = flag
+        context = rt.context(trajs, 0)
+        assert context.task_latent.requires_grad is not flag
+        terms, anchor = trainer.update(trajs, context, {})
+        grads = [p.grad.clone() for p in rt.composer.trainable_parameters()]
+        seen[flag] = (terms.distill, terms.delta, anchor, grads)
+    assert seen[True][3][0].abs().sum() > 0  # the composer got a gradient
+    for a, b in zip(seen[True][:3], seen[False][:3]):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+    for a, b in zip(seen[True][3], seen[False][3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
 def _metrics(path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     keys = ("step", "rollouts", "reward", "distill", "delta", "beta", "anchor", "action_tokens")
