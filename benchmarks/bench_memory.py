@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_step import build  # noqa: E402  (same trainer settings as the step-time benchmark)
+from bench_step import build  # same trainer settings as the step-time benchmark
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -131,10 +131,11 @@ def report(result: dict) -> str:
     lines = [
         "# Peak memory per phase (CPU RSS)", "",
         f"Command: `{result['command']}`", "",
-        f"Model {args['model']} (warm start `{args['adapter']}`), {args['dtype']}, "
-        f"{args['threads']} threads; one batch of {args['tasks']} tasks x {args['group']} rollouts "
-        f"({result['tokens']} tokens, {result['action_tokens']} action tokens). Peak = VmHWM after a reset at the phase's start; rise = peak - "
-        "RSS at the start (median over repeats).", "",
+        (f"Model {args['model']} (warm start `{args['adapter']}`), {args['dtype']}, "
+         f"{args['threads']} threads; one batch of {args['tasks']} tasks x {args['group']} "
+         f"rollouts ({result['tokens']} tokens, {result['action_tokens']} action tokens). Peak = "
+         "VmHWM after a reset at the phase's start; rise = peak - RSS at the start (median over "
+         "repeats)."), "",
         "| phase | repeats | RSS at start MB | peak MB | rise MB | seconds |",
         "|---|---|---|---|---|---|",
     ]
