@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_step import build  # same trainer settings as the step-time benchmark
+from bench_step import batch_arguments, build  # same trainer settings as the step-time benchmark
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -75,18 +75,9 @@ def cold_start_steps(trainer, args, micro_batch: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--adapter", default="runs/sft/adapter")
-    parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--group", type=int, default=4)
+    parser = batch_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--micro-batches", default="4,2,1",
                         help="optim.micro_batch values for the update (the first builds)")
-    parser.add_argument("--max-steps", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed-experiences", type=int, default=30)
-    parser.add_argument("--cold-start-steps", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--name", default="memory", help="results file stem")
     parser.add_argument("--results-dir", default=str(RESULTS))

@@ -53,6 +53,20 @@ def build(method: str, args, out: Path) -> tuple[Trainer, float]:
     return trainer, time.perf_counter() - started
 
 
+def batch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The model and the one batch of rollouts both step benchmarks measure (see ``build``)."""
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--adapter", default="runs/sft/adapter")
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed-experiences", type=int, default=30)
+    parser.add_argument("--cold-start-steps", type=int, default=2)
+    return parser
+
+
 def time_rest_of_step(trainer: Trainer, trajs, share: bool) -> dict:
     """Context + update on ``trajs`` (the optimiser steps: the cost is what is measured)."""
     trainer.config.optim.share_prefix = "true" if share else "false"
@@ -72,17 +86,8 @@ def time_rest_of_step(trainer: Trainer, trajs, share: bool) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--adapter", default="runs/sft/adapter")
-    parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--group", type=int, default=4)
+    parser = batch_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--micro-batch", type=int, default=4)
-    parser.add_argument("--max-steps", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed-experiences", type=int, default=30)
-    parser.add_argument("--cold-start-steps", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or bf16-autocast")
