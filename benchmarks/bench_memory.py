@@ -74,11 +74,39 @@ def cold_start_steps(trainer, args, micro_batch: int):
                               micro_batch=micro_batch)
 
 
+def checkpointed_phases(lopd, grpo, trajs, args) -> dict[str, list[dict]]:
+    """The cold start and the update again with ``optim.activation_checkpointing`` on."""
+    from lopd.models import checkpointed, enable_activation_checkpointing
+
+    phases = {}
+    for trainer in (lopd, grpo):
+        enable_activation_checkpointing(trainer.rt.model)
+        trainer.config.optim.activation_checkpointing = True
+    run = cold_start_steps(lopd, args, 1)
+
+    def cold() -> None:
+        with checkpointed(lopd.rt.model):
+            run()
+
+    _, sample = measure(cold)
+    phases[f"cold start, {args.cold_start_steps} steps, micro-batch 1, activation "
+           "checkpointing"] = [sample]
+    micro_batch = args.micro_batches[0]
+    for label, (trainer, recompute) in {"GRPO": (grpo, None), "LOPD": (lopd, True)}.items():
+        trainer.config.optim.micro_batch = micro_batch
+        _, sample = measure(rest_of_step(trainer, trajs, recompute))
+        phases[f"context + update, micro-batch {micro_batch}, activation checkpointing: "
+               f"{label}"] = [sample]
+    return phases
+
+
 def main() -> None:
     parser = batch_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--micro-batches", default="4,2,1",
                         help="optim.micro_batch values for the update (the first builds)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="also measure with optim.activation_checkpointing (last)")
     parser.add_argument("--name", default="memory", help="results file stem")
     parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args()
@@ -106,6 +134,8 @@ def main() -> None:
                     _, sample = measure(rest_of_step(trainer, trajs, recompute))
                     phases.setdefault(f"context + update, micro-batch {micro_batch}: {label}",
                                       []).append(sample)
+        if args.checkpointing:
+            phases.update(checkpointed_phases(lopd, grpo, trajs, args))
     result = {"args": vars(args), "command": "python " + " ".join(map(shlex.quote, sys.argv)),
               "tokens": sum(len(t.input_ids) for t in trajs),
               "action_tokens": sum(sum(t.action_mask) for t in trajs),

@@ -128,6 +128,13 @@ class OptimConfig:
     again, with its graph, only for its own backward (after the micro-batches). Keeps the
     encoder's activations out of the update loop's peak memory for one extra encoder forward
     (benchmarks/results/memory.md); false keeps the graph from the compose phase on."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input in the forwards that backpropagate (student,
+    teacher, composer encoder, cold start) and replay the layer in the backward, under the adapter
+    state it first ran with: less memory for about one more forward. On this 2-core CPU it
+    lowered LOPD's update peak from 9.8 to 7.7 GB at 1.64x the update time, a worse trade than
+    a smaller ``micro_batch`` (benchmarks/results/memory_checkpointing.md). Training forwards then run without shared prefixes (a checkpointed layer
+    keeps no KV cache; ``lopd.prefix.layers_replay``)."""
 
 
 @dataclass

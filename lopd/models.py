@@ -24,6 +24,7 @@ import json
 import os
 import random
 import shutil
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +144,55 @@ def autocast_context(dtype: str, device: torch.device | str | None = None):
     device = torch.device(device or resolve_device())
     enabled = resolve_dtype(dtype, device) == "bf16-autocast"
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def enable_activation_checkpointing(model) -> None:
+    """transformers' per-layer gradient checkpointing (non-reentrant), replaying each layer
+    under the PEFT adapter state of its forward: the backward runs after lopd's adapter scopes
+    (teacher = adapters off, composer = its own adapter) have exited. It acts in train mode
+    only: wrap training forwards in ``checkpointed``."""
+    def adapter_layers() -> list:  # found at each use: adapters may be added later
+        return [m for m in model.modules()
+                if hasattr(m, "_active_adapter") and hasattr(m, "_disable_adapters")]
+
+    def read() -> list[tuple]:
+        return [(m, m._active_adapter, m._disable_adapters) for m in adapter_layers()]
+
+    def write(state: list[tuple]) -> None:
+        for module, active, disabled in state:
+            module._active_adapter, module._disable_adapters = active, disabled
+
+    @contextmanager
+    def replay(state: list[tuple]):
+        current = read()
+        write(state)
+        try:
+            yield
+        finally:
+            write(current)
+
+    def context_fn():
+        return nullcontext(), replay(read())
+
+    kwargs = {"use_reentrant": False, "context_fn": context_fn}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+@contextmanager
+def checkpointed(model, enabled: bool = True):
+    """Train mode for the duration (what makes checkpointed layers replay), then eval mode.
+    No dropout is in use here, so train mode changes nothing else."""
+    if not enabled:
+        yield
+        return
+    model.train()
+    try:
+        yield
+    finally:
+        model.eval()
 
 
 def model_device(model) -> torch.device:

@@ -35,6 +35,15 @@ def sharing_pays_off(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def layers_replay(model) -> bool:
+    """True in a training forward of a model whose layers are checkpointed: transformers drops
+    a checkpointed layer's KV cache, so such forwards cannot continue from a shared prefix."""
+    if not (model.training and torch.is_grad_enabled()):
+        return False
+    flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5.x
+    return bool(flag if flag is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
 def prefix_groups(inputs: torch.Tensor, prefix_len: torch.Tensor) -> tuple[list[int], torch.Tensor]:
     """Rows whose first ``prefix_len[b]`` input vectors are identical share a prefix.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,19 @@ class Runtime:
 
         setting = self.config.optim.share_prefix
         return sharing_pays_off(self.device) if setting == "auto" else setting == "true"
+
+    def checkpointing(self):
+        """The scope of training forwards: layers checkpointed under
+        ``optim.activation_checkpointing`` (the model, and the frozen teacher copy of full
+        fine-tuning), else nothing changes."""
+        from lopd.models import checkpointed
+
+        enabled = self.config.optim.activation_checkpointing
+        scope = ExitStack()
+        for model in (self.model, self.teacher_model):
+            if model is not None:
+                scope.enter_context(checkpointed(model, enabled))
+        return scope
 
     # -- forward passes --------------------------------------------------------------------
     def autocast(self):
@@ -307,7 +320,15 @@ def load_adapter_weights(model, directory: Path, adapter_name: str) -> None:
 
 
 def _build_model(config: Config):
-    from lopd.models import LoraSpec, add_adapter, freeze, load_model, resolve_device, setup_runtime
+    from lopd.models import (
+        LoraSpec,
+        add_adapter,
+        enable_activation_checkpointing,
+        freeze,
+        load_model,
+        resolve_device,
+        setup_runtime,
+    )
 
     setup_runtime(threads=config.run.threads, seed=config.run.seed,
                   deterministic=config.run.deterministic)
@@ -325,6 +346,10 @@ def _build_model(config: Config):
         model = add_adapter(model, STUDENT, LoraSpec(r=config.model.lora_r, alpha=config.model.lora_alpha))
         if config.model.init_adapter:
             load_adapter_weights(model, Path(config.model.init_adapter), STUDENT)
+    if config.optim.activation_checkpointing:
+        for each in (model, teacher):
+            if each is not None:
+                enable_activation_checkpointing(each)
     return model, tokenizer, teacher
 
 
@@ -431,9 +456,10 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
     if len(examples) >= 5 and cfg.cold_start_steps:
         held = examples[: held_out_count(len(examples))]
         fit = examples[len(held):]
-        result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
-                            lr=1e-3, batch_size=4, seed=rt.config.run.seed,
-                            teacher_model=rt.teacher_model, evaluate=False, dtype=rt.dtype)
+        with rt.checkpointing():
+            result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
+                                lr=1e-3, batch_size=4, seed=rt.config.run.seed,
+                                teacher_model=rt.teacher_model, evaluate=False, dtype=rt.dtype)
         report.update(
             train_losses=result.losses,
             heldout_nll_no_context=evaluate_nll(rt.composer, rt.model, held, False, 4,

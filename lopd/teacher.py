@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from lopd.batch import TokenBatch
-from lopd.prefix import prefix_groups, shared_prefix_hidden
+from lopd.prefix import layers_replay, prefix_groups, shared_prefix_hidden
 
 Positions = str | torch.Tensor
 
@@ -295,7 +295,7 @@ def _spliced_hidden(model, batch: TokenBatch, plan: Splice, inputs: torch.Tensor
     """
     n_real = batch.attention_mask.sum(1).to(inputs.device)
     prompt = batch.prompt_lens.to(inputs.device).clamp(min=0).minimum(n_real)
-    if share_prefix and inputs.shape[0] and bool((prompt > 0).all()):
+    if share_prefix and inputs.shape[0] and bool((prompt > 0).all()) and not layers_replay(model):
         prefix = prompt + plan.n_context
         representatives, inverse = prefix_groups(inputs, prefix)
         needs_grad = torch.is_grad_enabled() and inputs.requires_grad

@@ -97,7 +97,6 @@ class Trainer:
         device = rt.device
         active = context.active if context is not None else torch.ones(len(trajs), dtype=torch.bool)
         active = active.to(device)
-        rows_in_step = int(active.sum())
         leaf = None
         if context is not None and context.task_latent is not None:
             leaf = context.task_latent.detach().requires_grad_(rt.composer_opt is not None)
@@ -106,6 +105,17 @@ class Trainer:
             rewards = torch.tensor([t.reward for t in trajs])
             groups = torch.tensor([t.group for t in trajs])
             advantages = losses.group_advantages(rewards, groups).to(device)
+        with rt.checkpointing():
+            total = self._accumulate(trajs, context, leaf, active, advantages, timings)
+            anchor = rt.composer_backward(context, leaf) if leaf is not None else 0.0
+        rt.optimizer_step()
+        return total, anchor
+
+    def _accumulate(self, trajs, context, leaf, active, advantages, timings) -> LossTerms:
+        """Forward + backward of every micro-batch (gradients add up); the summed terms."""
+        cfg, rt = self.config, self.rt
+        method, device = cfg.method.name, rt.device
+        rows_in_step = int(active.sum())
         total = LossTerms(objective=torch.zeros(()))
         step_size = cfg.optim.micro_batch
         for start in range(0, len(trajs), step_size):
@@ -133,9 +143,7 @@ class Trainer:
             total.distill += terms.distill
             total.delta += terms.delta
             total.rows += terms.rows
-        anchor = rt.composer_backward(context, leaf) if leaf is not None else 0.0
-        rt.optimizer_step()
-        return total, anchor
+        return total
 
     def step_metrics(self, step, trajs, terms, delta, anchor, timings) -> dict:
         n = max(len(trajs), 1)
