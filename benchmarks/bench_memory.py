@@ -76,7 +76,7 @@ def cold_start_steps(trainer, args, micro_batch: int):
 
 def checkpointed_phases(lopd, grpo, trajs, args) -> dict[str, list[dict]]:
     """The cold start and the update again with ``optim.activation_checkpointing`` on."""
-    from lopd.models import checkpointed, enable_activation_checkpointing
+    from lopd.models import enable_activation_checkpointing
 
     phases = {}
     for trainer in (lopd, grpo):
@@ -85,7 +85,7 @@ def checkpointed_phases(lopd, grpo, trajs, args) -> dict[str, list[dict]]:
     run = cold_start_steps(lopd, args, 1)
 
     def cold() -> None:
-        with checkpointed(lopd.rt.model):
+        with lopd.rt.checkpointing():
             run()
 
     _, sample = measure(cold)

@@ -182,17 +182,17 @@ def enable_activation_checkpointing(model) -> None:
 
 
 @contextmanager
-def checkpointed(model, enabled: bool = True):
+def checkpointed(*models, enabled: bool = True):
     """Train mode for the duration (what makes checkpointed layers replay), then eval mode.
-    No dropout is in use here, so train mode changes nothing else."""
-    if not enabled:
-        yield
-        return
-    model.train()
+    No dropout is in use here, so train mode changes nothing else. ``None`` models are skipped."""
+    models = [m for m in models if m is not None] if enabled else []
+    for model in models:
+        model.train()
     try:
         yield
     finally:
-        model.eval()
+        for model in models:
+            model.eval()
 
 
 def model_device(model) -> torch.device:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from contextlib import ExitStack, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,12 +76,8 @@ class Runtime:
         fine-tuning), else nothing changes."""
         from lopd.models import checkpointed
 
-        enabled = self.config.optim.activation_checkpointing
-        scope = ExitStack()
-        for model in (self.model, self.teacher_model):
-            if model is not None:
-                scope.enter_context(checkpointed(model, enabled))
-        return scope
+        return checkpointed(self.model, self.teacher_model,
+                            enabled=self.config.optim.activation_checkpointing)
 
     # -- forward passes --------------------------------------------------------------------
     def autocast(self):
