@@ -18,11 +18,20 @@ and one example go into the system prompt (``tool_system_prompt``). A call is wr
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; a turn may hold several.
 ``parse_tool_calls`` never raises: malformed output (bad JSON, unknown tool, wrong argument
 types, an unclosed tag) becomes a readable error that environments return as an observation.
+
+Hostile output. The parser also turns into errors what would otherwise crash the caller or
+poison a state: nesting deeper than ``MAX_DEPTH``, integer literals of more than
+``MAX_INT_DIGITS`` digits, NaN/Infinity and floats that overflow to infinity (JSON has no
+non-finite numbers), and values outside a schema's ``minimum``/``maximum``/
+``exclusiveMinimum``/``exclusiveMaximum``/``maxLength``. Text reaching the tokenizer goes
+through ``safe_text`` (lone surrogates, e.g. from a ``"\\ud800"`` escape, become U+FFFD), so
+every message renders whatever its characters.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +41,9 @@ from lopd.types import Message, ToolSchema
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+MAX_DEPTH = 32  # nesting levels of a call's JSON payload
+MAX_INT_DIGITS = 100  # digits of an integer literal (Python refuses 4300+, floats overflow ~309)
+_CLIP = 80  # characters of a model-written name or key quoted back in an error
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -65,6 +77,70 @@ class ParsedTurn:
         return len(self.calls) + len(self.errors)
 
 
+class _BadNumber(ValueError):
+    """A JSON number the parser refuses (non-finite, overflowing or too long)."""
+
+
+def safe_text(text: str) -> str:
+    """``text`` as valid Unicode: surrogate pairs are joined, lone surrogates become U+FFFD.
+
+    Python strings may hold lone surrogates (``json.loads('"\\ud800"')``); tokenizers and UTF-8
+    writers refuse them. Valid text is returned unchanged (same object).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def clip(text: str, limit: int = _CLIP) -> str:
+    """At most ``limit`` characters of ``text`` (marked when cut), for quoting in errors."""
+    return text if len(text) <= limit else f"{text[:limit]}...[{len(text)} chars]"
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _BadNumber(f"number {clip(literal, 24)} is out of range")
+    return value
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise _BadNumber(f"integer literal with {len(literal)} digits is too long "
+                         f"(at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+def _no_constant(literal: str) -> Any:
+    raise _BadNumber(f"{literal} is not a valid JSON number (use a finite number)")
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` that refuses NaN/Infinity, overflowing floats and very long integers
+    (``_BadNumber``, a ``ValueError``) and nesting deeper than ``MAX_DEPTH`` (``ValueError``).
+    Deep nesting that exhausts the interpreter's stack raises ``RecursionError``."""
+    value = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int,
+                       parse_constant=_no_constant)
+    if depth(value) > MAX_DEPTH:
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+    return value
+
+
+def depth(value: Any) -> int:
+    """Nesting depth of lists/dicts in ``value`` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, (list, tuple)):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in node)
+    return deepest
+
+
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     return f"{CALL_OPEN}{json.dumps({'name': name, 'arguments': arguments})}{CALL_CLOSE}"
 
@@ -82,9 +158,36 @@ def _type_matches(value: Any, expected: str | list[str]) -> bool:
     return False
 
 
+def _bound_problem(value: Any, spec: dict[str, Any]) -> str | None:
+    """Why ``value`` breaks the range/length keywords of ``spec`` (None if it does not)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in spec and value < spec["minimum"]:
+            return f"must be at least {spec['minimum']}, got {_show(value)}"
+        if "exclusiveMinimum" in spec and value <= spec["exclusiveMinimum"]:
+            return f"must be greater than {spec['exclusiveMinimum']}, got {_show(value)}"
+        if "maximum" in spec and value > spec["maximum"]:
+            return f"must be at most {spec['maximum']}, got {_show(value)}"
+        if "exclusiveMaximum" in spec and value >= spec["exclusiveMaximum"]:
+            return f"must be less than {spec['exclusiveMaximum']}, got {_show(value)}"
+    if isinstance(value, str) and "maxLength" in spec and len(value) > spec["maxLength"]:
+        return f"is too long ({len(value)} characters, at most {spec['maxLength']})"
+    return None
+
+
+def _show(value: Any) -> str:
+    return clip(repr(value), 24) if abs(value) < 10 ** 24 else f"a {len(str(abs(int(value))))}-digit number"
+
+
 def validate_arguments(arguments: Any, schema: ToolSchema) -> list[str]:
-    """Check ``arguments`` against a tool's JSON-schema ``parameters``; returns the problems."""
-    name = schema.get("name", "?")
+    """Check ``arguments`` against a tool's JSON-schema ``parameters``; returns the problems.
+
+    Checked: required keys, unknown keys, ``type``, ``enum``, finite numbers and the range and
+    length keywords (``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``,
+    ``maxLength``). Never raises on any ``arguments``.
+    """
+    name = clip(str(schema.get("name", "?")))
     if not isinstance(arguments, dict):
         return [f"{name}: 'arguments' must be a JSON object, got {type(arguments).__name__}"]
     params = schema.get("parameters") or {}
@@ -95,26 +198,40 @@ def validate_arguments(arguments: Any, schema: ToolSchema) -> list[str]:
         if key not in arguments
     ]
     for key, value in arguments.items():
-        spec = properties.get(key)
+        spec = properties.get(key) if isinstance(key, str) else None
         if spec is None:
             allowed = ", ".join(properties) or "none"
-            problems.append(f"{name}: unknown argument '{key}' (allowed: {allowed})")
+            problems.append(f"{name}: unknown argument '{clip(str(key))}' (allowed: {allowed})")
             continue
         expected = spec.get("type")
         if expected is not None and not _type_matches(value, expected):
             problems.append(
                 f"{name}: argument '{key}' must be {expected}, got {type(value).__name__}"
             )
-        elif "enum" in spec and value not in spec["enum"]:
+        elif "enum" in spec and not _in_enum(value, spec["enum"]):
             problems.append(f"{name}: argument '{key}' must be one of {spec['enum']}")
+        elif (bound := _bound_problem(value, spec)) is not None:
+            problems.append(f"{name}: argument '{key}' {bound}")
     return problems
+
+
+def _in_enum(value: Any, options: list[Any]) -> bool:
+    try:
+        return value in options
+    except Exception:  # noqa: BLE001 - exotic values never match
+        return False
 
 
 def _parse_one(raw: str, tools_by_name: dict[str, ToolSchema] | None) -> ToolCall | str:
     try:
-        payload = json.loads(raw.strip())
+        payload = loads_strict(raw.strip())
     except json.JSONDecodeError as err:
-        return f"invalid JSON in tool call ({err.msg} at char {err.pos}): {raw.strip()[:120]}"
+        return f"invalid JSON in tool call ({err.msg} at char {err.pos}): {clip(raw.strip(), 120)}"
+    except _BadNumber as err:
+        return f"invalid number in tool call: {err}"
+    except (ValueError, RecursionError) as err:
+        reason = err if isinstance(err, ValueError) else f"nested more than {MAX_DEPTH} levels deep"
+        return f"invalid tool call: {reason}"
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
         return 'a tool call must be {"name": <string>, "arguments": {...}}'
     name, arguments = payload["name"], payload.get("arguments", {})
@@ -122,12 +239,12 @@ def _parse_one(raw: str, tools_by_name: dict[str, ToolSchema] | None) -> ToolCal
         arguments = {}
     if tools_by_name is not None:
         if name not in tools_by_name:
-            return f"unknown tool '{name}' (available: {', '.join(tools_by_name) or 'none'})"
+            return f"unknown tool '{clip(name)}' (available: {', '.join(tools_by_name) or 'none'})"
         problems = validate_arguments(arguments, tools_by_name[name])
         if problems:
             return "; ".join(problems)
     elif not isinstance(arguments, dict):
-        return f"{name}: 'arguments' must be a JSON object"
+        return f"{clip(name)}: 'arguments' must be a JSON object"
     return ToolCall(name, arguments)
 
 
@@ -137,6 +254,8 @@ def parse_tool_calls(text: str, tools: Sequence[ToolSchema] | None = None) -> Pa
     With ``tools`` given, names and arguments are validated against the schemas; each failing
     block becomes one entry of ``errors`` instead of a call.
     """
+    if not isinstance(text, str):
+        text = str(text)
     tools_by_name = None if tools is None else {t["name"]: t for t in tools}
     calls: list[ToolCall] = []
     errors: list[str] = []
@@ -224,7 +343,7 @@ class ChatRenderer:
         self._turn_separator = self._encode("\n") if self.chatml else []
 
     def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(safe_text(text), add_special_tokens=False)["input_ids"]
 
     @property
     def stop_ids(self) -> set[int]:

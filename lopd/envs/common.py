@@ -3,6 +3,10 @@
 ``parse_in_order`` wraps ``lopd.chat.parse_tool_calls`` so that valid calls and parse errors
 come back in the order they appear in the assistant's text: each ``<tool_call>`` block is
 parsed on its own, so the i-th tool message answers the i-th block.
+
+Every observation goes through ``tool_message``: its content is valid Unicode (``safe_text``)
+and serialising it never raises, so whatever a tool echoes back, the message renders. Error
+texts are cut to ``MAX_ERROR_CHARS``.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from lopd.chat import CALL_OPEN, ToolCall, parse_tool_calls
+from lopd.chat import CALL_OPEN, ToolCall, clip, parse_tool_calls, safe_text
 from lopd.types import Message, ToolSchema
 
 
@@ -27,19 +31,28 @@ def parse_in_order(text: str, tools: Sequence[ToolSchema]) -> tuple[str, list[To
     return whole.content, items
 
 
+MAX_ERROR_CHARS = 1000
+
+
 def compact(value: Any) -> str:
-    """Compact JSON for tool observations (falls back to ``str`` for odd values)."""
+    """Compact JSON for tool observations (falls back to ``str`` for odd values, and to a
+    placeholder for values that cannot even be printed, e.g. nested too deeply)."""
     if isinstance(value, str):
         return value
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError, OverflowError):
+        pass
+    try:
         return str(value)
+    except Exception:  # noqa: BLE001 - an observation must always exist
+        return f"<unprintable {type(value).__name__}>"
 
 
 def tool_message(content: Any) -> Message:
-    return {"role": "tool", "content": compact(content)}
+    """A ``role=tool`` message whose content always renders (see the module docstring)."""
+    return {"role": "tool", "content": safe_text(compact(content))}
 
 
 def error_message(error: str) -> Message:
-    return tool_message({"error": error})
+    return tool_message({"error": clip(str(error), MAX_ERROR_CHARS)})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
+    MAX_AMOUNT,
     NAMES,
     Check,
     Domain,
@@ -17,13 +18,14 @@ from lopd.envs.toolworld.base import (
     TaskSpec,
     ToolError,
     guard_others,
+    is_amount,
     money,
     pick,
     tool,
 )
 
 _ACC = Param("string", "Account id, e.g. 'ACC-1234'.")
-_AMOUNT = Param("number", "Amount in dollars, greater than 0.")
+_AMOUNT = Param("number", "Amount in dollars, greater than 0.", above=0, maximum=MAX_AMOUNT)
 
 
 class Banking(Domain):
@@ -38,9 +40,21 @@ class Banking(Domain):
         account = self._account(account_id)
         if account["frozen"]:
             raise ToolError(f"account '{account_id}' is frozen")
-        if amount <= 0:
-            raise ToolError("amount must be greater than 0")
+        if not money(amount) > 0:
+            raise ToolError("amount must be at least 0.01")
         return account
+
+    def domain_problems(self) -> list[str]:
+        problems = []
+        for key, account in self.state["accounts"].items():
+            if not is_amount(account["balance"]):
+                problems.append(f"{key}: balance {account['balance']!r} is not a finite amount >= 0")
+            if not isinstance(account["frozen"], bool):
+                problems.append(f"{key}: 'frozen' is not a boolean")
+        for index, row in enumerate(self.state["transactions"]):
+            if not is_amount(row["amount"], positive=True):
+                problems.append(f"transaction {index}: amount {row['amount']!r} is not positive")
+        return problems
 
     @tool("List the accounts of a customer (ids and types).",
           owner=Param("string", "Full name of the customer, e.g. 'Maria Lopez'."))

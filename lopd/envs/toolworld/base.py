@@ -6,6 +6,13 @@ type-checks the model's arguments before the method runs. The state is a plain J
 (deep-copied at construction), which makes checks, snapshots and determinism trivial. Invalid
 operations raise ``ToolError`` and come back to the agent as ``{"error": ...}``.
 
+Hostile input. ``Domain.call`` is the one gate every call goes through, and it never raises:
+it validates the arguments against the schema (types, finite numbers, the ``Param`` ranges and
+string lengths), runs the tool on a snapshot-protected state, turns any exception into an error
+result, and rolls the call back if it would break a state invariant (``state_problems``: no
+non-finite number anywhere, plus each domain's own rules such as valid times or non-negative
+stock). So no model output can crash an episode or leave a state that later fails.
+
 Checks are declarative (``Check``: an op, a path into the state and a value) so that they are
 easy to describe in plain language and to evaluate against the final and initial states.
 Goal checks say what the task asks for; guard checks (``guard=True``) catch collateral damage
@@ -17,15 +24,21 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lopd.chat import clip, validate_arguments
 from lopd.types import ToolSchema
 
 _MISSING = object()
 _TOOL_CACHE: dict[type, dict[str, Callable]] = {}
+_SCHEMA_CACHE: dict[type, dict[str, ToolSchema]] = {}
+MAX_STRING = 2000  # default maxLength of a string argument
+MAX_AMOUNT = 1e9  # largest amount or price a tool accepts, in dollars
+MAX_COUNT = 1_000_000  # largest quantity (units, stock change, threshold) a tool accepts
 
 
 class ToolError(Exception):
@@ -34,10 +47,31 @@ class ToolError(Exception):
 
 @dataclass(frozen=True)
 class Param:
+    """One argument: JSON type, description and the bounds ``Domain.call`` enforces
+    (``minimum``/``maximum`` inclusive, ``above`` exclusive, ``max_length`` for strings,
+    ``MAX_STRING`` when not given)."""
+
     type: str
     description: str
     required: bool = True
     enum: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+    max_length: int | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON-schema property of this argument."""
+        spec: dict[str, Any] = {"type": self.type, "description": self.description}
+        if self.enum:
+            spec["enum"] = list(self.enum)
+        for key, value in (("minimum", self.minimum), ("maximum", self.maximum),
+                           ("exclusiveMinimum", self.above)):
+            if value is not None:
+                spec[key] = value
+        if self.type == "string":
+            spec["maxLength"] = self.max_length or MAX_STRING
+        return spec
 
 
 def tool(description: str, **params: Param) -> Callable:
@@ -156,6 +190,7 @@ class Domain:
 
     def __init__(self, state: dict[str, Any]):
         self.state = copy.deepcopy(state)
+        self._initial_problems: set[str] | None = None
 
     @classmethod
     def tool_methods(cls) -> dict[str, Callable]:
@@ -171,40 +206,79 @@ class Domain:
 
     @classmethod
     def schemas(cls) -> list[ToolSchema]:
-        schemas = []
+        return [copy.deepcopy(schema) for schema in cls._schemas_by_name().values()]
+
+    @classmethod
+    def _schemas_by_name(cls) -> dict[str, ToolSchema]:
+        if cls in _SCHEMA_CACHE:
+            return _SCHEMA_CACHE[cls]
+        schemas = {}
         for name, method in cls.tool_methods().items():
             description, params = method._tool_spec
-            properties = {}
-            for key, param in params.items():
-                spec: dict[str, Any] = {"type": param.type, "description": param.description}
-                if param.enum:
-                    spec["enum"] = list(param.enum)
-                properties[key] = spec
+            properties = {key: param.spec() for key, param in params.items()}
             required = [k for k, p in params.items() if p.required]
-            schemas.append({
+            schemas[name] = {
                 "name": name, "description": description,
                 "parameters": {"type": "object", "properties": properties, "required": required},
-            })
+            }
+        _SCHEMA_CACHE[cls] = schemas
         return schemas
 
     def _lookup(self, collection: str, key: str, what: str) -> dict:
         """``state[collection][key]``, or a ToolError naming the unknown ``what``."""
         found = self.state[collection].get(key)
         if found is None:
-            raise ToolError(f"unknown {what} '{key}'")
+            raise ToolError(f"unknown {what} '{clip(key)}'")
         return found
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Run one tool; invalid operations come back as ``{"error": ...}`` (never raises)."""
-        method = self.tool_methods().get(name)
+        """Run one tool; every failure comes back as ``{"error": ...}`` (never raises).
+
+        See the module docstring: arguments are validated first, and a call that raises or
+        would break a state invariant leaves the state as it was.
+        """
+        method = self.tool_methods().get(name) if isinstance(name, str) else None
         if method is None:
-            return {"error": f"unknown tool '{name}'"}
+            return {"error": f"unknown tool '{clip(str(name))}'"}
+        problems = validate_arguments(arguments, self._schemas_by_name()[name])
+        if problems:
+            return {"error": "; ".join(problems)}
+        known = self._known_problems()
+        snapshot = copy.deepcopy(self.state)
         try:
-            return method(self, **arguments)
+            result = method(self, **arguments)
         except ToolError as err:
+            self.state = snapshot
             return {"error": str(err)}
-        except (TypeError, ValueError, KeyError) as err:
-            return {"error": f"{name}: {err}"}
+        except Exception as err:  # noqa: BLE001 - model input must never crash an episode
+            self.state = snapshot
+            return {"error": f"{name}: {type(err).__name__}: {clip(str(err), 200)}"}
+        broken = [p for p in self.state_problems() if p not in known]
+        if broken:
+            self.state = snapshot
+            return {"error": f"{name}: rejected, it would leave an invalid state "
+                             f"({'; '.join(broken[:3])})"}
+        return result
+
+    def _known_problems(self) -> set[str]:
+        """Invariants the state broke before any call (never blamed on a call)."""
+        if self._initial_problems is None:
+            self._initial_problems = set(self.state_problems())
+        return self._initial_problems
+
+    def state_problems(self) -> list[str]:
+        """Broken invariants of the current state; empty when it is valid. Never raises."""
+        problems = [f"non-finite number at {'/'.join(map(str, path))}"
+                    for path in non_finite_paths(self.state)]
+        try:
+            problems += self.domain_problems()
+        except Exception as err:  # noqa: BLE001 - a state the rules cannot even read is broken
+            problems.append(f"unreadable state ({type(err).__name__}: {clip(str(err))})")
+        return problems
+
+    def domain_problems(self) -> list[str]:
+        """The domain's own invariants (overridden by each domain)."""
+        return []
 
     @staticmethod
     def generate(rng: random.Random, tier: int) -> TaskSpec:
@@ -213,6 +287,35 @@ class Domain:
 
 def money(value: float) -> float:
     return round(float(value), 2)
+
+
+def non_finite_paths(state: Any) -> list[tuple[Any, ...]]:
+    """Paths of every NaN or infinite float in a JSON-like value (iterative walk)."""
+    found, stack = [], [((), state)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            found.append(path)
+        elif isinstance(node, dict):
+            stack.extend((path + (k,), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((path + (i,), v) for i, v in enumerate(node))
+    return found
+
+
+def is_count(value: Any, low: int = 0, high: int | None = None) -> bool:
+    """``value`` is an int (not a bool) with ``low <= value`` (``<= high`` when given)."""
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+            and (high is None or value <= high))
+
+
+def is_amount(value: Any, positive: bool = False) -> bool:
+    """``value`` is a finite, non-negative (or positive) int or float, not a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return value > 0 if positive else value >= 0
 
 
 def pick(rng: random.Random, options: list[str], **fields: Any) -> str:

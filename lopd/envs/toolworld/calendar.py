@@ -8,9 +8,12 @@ first free slot of another event's day and invite someone to it.
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import random
 import re
 
+from lopd.chat import clip
 from lopd.envs.toolworld.base import (
     NAMES,
     Check,
@@ -30,16 +33,29 @@ _TITLES = [
     "Vendor demo", "Retrospective", "Launch prep", "Board update", "Code review",
 ]
 _DAY_START, _DAY_END = 9 * 60, 17 * 60
+_LAST_MINUTE = 24 * 60 - 1  # 23:59: an event starts and ends within its day
 _ID = Param("string", "Event id, e.g. 'EV-101'.")
-_DATE = Param("string", "Date as YYYY-MM-DD.")
-_TIME = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_DATE = Param("string", "Date as YYYY-MM-DD.", max_length=10)
+_TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+_DATE_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def minutes(hhmm: str) -> int:
-    match = _TIME.match(hhmm)
+    match = _TIME.fullmatch(hhmm) if isinstance(hhmm, str) else None
     if not match:
-        raise ToolError(f"bad time '{hhmm}' (use HH:MM, 24-hour)")
+        raise ToolError(f"bad time '{clip(str(hhmm))}' (use HH:MM, 24-hour)")
     return int(match.group(1)) * 60 + int(match.group(2))
+
+
+def valid_date(date: str) -> str:
+    """``date`` if it is a real calendar date written YYYY-MM-DD, else a ToolError."""
+    if isinstance(date, str) and _DATE_FORM.fullmatch(date):
+        try:
+            datetime.date.fromisoformat(date)
+            return date
+        except ValueError:
+            pass
+    raise ToolError(f"bad date '{clip(str(date))}' (use YYYY-MM-DD)")
 
 
 def hhmm(total: int) -> str:
@@ -64,10 +80,12 @@ class Calendar(Domain):
         return self._lookup("events", event_id, "event")
 
     def _check_free(self, date: str, start: int, end: int, skip: str | None = None) -> None:
-        if not re.match(r"^\d{4}-\d{2}-\d{2}$", date):
-            raise ToolError(f"bad date '{date}' (use YYYY-MM-DD)")
+        valid_date(date)
         if end <= start:
             raise ToolError("an event must end after it starts")
+        if end > _LAST_MINUTE:
+            raise ToolError(f"the event would end at {hhmm(end)}, after 23:59 (events stay "
+                            "within one day)")
         for key, event in self.state["events"].items():
             if key != skip and event["date"] == date and \
                     start < minutes(event["end"]) and minutes(event["start"]) < end:
@@ -75,6 +93,7 @@ class Calendar(Domain):
 
     @tool("List the events on a date.", date=_DATE)
     def list_events(self, date: str) -> dict:
+        valid_date(date)
         rows = [{"event_id": k, "title": e["title"], "start": e["start"], "end": e["end"]}
                 for k, e in self.state["events"].items() if e["date"] == date]
         return {"date": date, "events": rows}
@@ -90,8 +109,10 @@ class Calendar(Domain):
 
     @tool("Find the earliest free slot of a given length on a date (working hours 09:00-17:00, "
           "half-hour steps).", date=_DATE,
-          duration_minutes=Param("integer", "Length of the slot in minutes."))
+          duration_minutes=Param("integer", "Length of the slot in minutes.", minimum=1,
+                                 maximum=_LAST_MINUTE))
     def find_free_slot(self, date: str, duration_minutes: int) -> dict:
+        valid_date(date)
         if duration_minutes <= 0:
             raise ToolError("duration must be positive")
         start = free_slot(self.state["events"], date, duration_minutes)
@@ -124,6 +145,24 @@ class Calendar(Domain):
         self._event(event_id)
         del self.state["events"][event_id]
         return {"event_id": event_id, "cancelled": True}
+
+    def domain_problems(self) -> list[str]:
+        problems, spans = [], []
+        for key, event in self.state["events"].items():
+            try:
+                valid_date(event["date"])
+                start, end = minutes(event["start"]), minutes(event["end"])
+            except ToolError as err:
+                problems.append(f"{key}: {err}")
+                continue
+            if end <= start:
+                problems.append(f"{key}: ends at {event['end']}, not after {event['start']}")
+            spans.append((event["date"], start, end, key))
+        spans.sort()
+        for (date, _, end, key), (other_date, start, _, other) in itertools.pairwise(spans):
+            if date == other_date and start < end:
+                problems.append(f"{key} and {other} overlap on {date}")
+        return problems
 
     @tool("Add a person to an event's attendees.", event_id=_ID,
           name=Param("string", "Full name of the person."))

@@ -67,7 +67,7 @@ class FileSystem(Domain):
         return {"path": path, "content": self.state["files"][path]}
 
     @tool("Write text to a file, creating it or replacing its content.", path=_PATH,
-          content=Param("string", "The full new content of the file."))
+          content=Param("string", "The full new content of the file.", max_length=20_000))
     def write_file(self, path: str, content: str) -> dict:
         path = self._norm(path)
         if path in self.state["dirs"]:
@@ -105,11 +105,29 @@ class FileSystem(Domain):
         self.state["dirs"][path] = True
         return {"path": path, "created": True}
 
+    def domain_problems(self) -> list[str]:
+        dirs, files = self.state["dirs"], self.state["files"]
+        problems = []
+        for path in dirs:
+            if path != "/" and (not _is_clean(path) or posixpath.dirname(path) not in dirs):
+                problems.append(f"directory {path!r} is not under an existing directory")
+        for path, content in files.items():
+            if not _is_clean(path) or posixpath.dirname(path) not in dirs or path in dirs:
+                problems.append(f"file {path!r} is not in an existing directory")
+            if not isinstance(content, str):
+                problems.append(f"file {path!r} has no text content")
+        return problems
+
     @staticmethod
     def generate(rng: random.Random, tier: int) -> TaskSpec:
         state = _make_state(rng)
         maker = {1: _tier1, 2: _tier2, 3: _tier3, 4: _tier4, 5: _tier5}[tier]
         return maker(rng, state, tier)
+
+
+def _is_clean(path: str) -> bool:
+    """An absolute, normalised path (no trailing slash, no '.' or '..' parts)."""
+    return path.startswith("/") and posixpath.normpath(path) == path
 
 
 def _make_state(rng: random.Random) -> dict:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
+    MAX_AMOUNT,
+    MAX_COUNT,
     Check,
     Domain,
     Param,
     TaskSpec,
     ToolError,
     guard_others,
+    is_amount,
+    is_count,
     money,
     pick,
     tool,
@@ -52,7 +56,8 @@ class Inventory(Domain):
         return {"sku": sku, **self._item(sku)}
 
     @tool("Change an item's stock by a number of units (negative to remove).", sku=_SKU,
-          delta=Param("integer", "Units to add (positive) or remove (negative)."))
+          delta=Param("integer", "Units to add (positive) or remove (negative).",
+                      minimum=-MAX_COUNT, maximum=MAX_COUNT))
     def adjust_stock(self, sku: str, delta: int) -> dict:
         item = self._item(sku)
         if item["quantity"] + delta < 0:
@@ -61,10 +66,11 @@ class Inventory(Domain):
         return {"sku": sku, "quantity": item["quantity"]}
 
     @tool("Set an item's unit price.", sku=_SKU,
-          price=Param("number", "New unit price in dollars, greater than 0."))
+          price=Param("number", "New unit price in dollars, greater than 0.", above=0,
+                      maximum=MAX_AMOUNT))
     def set_price(self, sku: str, price: float) -> dict:
-        if price <= 0:
-            raise ToolError("price must be greater than 0")
+        if not money(price) > 0:
+            raise ToolError("price must be at least 0.01")
         self._item(sku)["price"] = money(price)
         return {"sku": sku, "price": money(price)}
 
@@ -77,11 +83,23 @@ class Inventory(Domain):
         return {"sku": sku, "location": location}
 
     @tool("List items whose stock is below a threshold.",
-          threshold=Param("integer", "Stock level; items with fewer units are listed."))
+          threshold=Param("integer", "Stock level; items with fewer units are listed.",
+                          minimum=-MAX_COUNT, maximum=MAX_COUNT))
     def list_low_stock(self, threshold: int) -> dict:
         rows = [{"sku": k, "name": v["name"], "quantity": v["quantity"]}
                 for k, v in self.state["items"].items() if v["quantity"] < threshold]
         return {"items": rows}
+
+    def domain_problems(self) -> list[str]:
+        problems = []
+        for sku, item in self.state["items"].items():
+            if not is_count(item["quantity"]):
+                problems.append(f"{sku}: quantity {item['quantity']!r} is not a count >= 0")
+            if not is_amount(item["price"], positive=True):
+                problems.append(f"{sku}: price {item['price']!r} is not a positive amount")
+            if item["location"] not in _AISLES:
+                problems.append(f"{sku}: unknown location {item['location']!r}")
+        return problems
 
     @staticmethod
     def generate(rng: random.Random, tier: int) -> TaskSpec:

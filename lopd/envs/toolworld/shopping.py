@@ -10,12 +10,15 @@ from __future__ import annotations
 import random
 
 from lopd.envs.toolworld.base import (
+    MAX_COUNT,
     Check,
     Domain,
     Param,
     TaskSpec,
     ToolError,
     guard_others,
+    is_amount,
+    is_count,
     money,
     pick,
     tool,
@@ -52,7 +55,8 @@ class Shopping(Domain):
         return {"product_id": product_id, **self._product(product_id)}
 
     @tool("Add a quantity of a product to the cart.", product_id=_PID,
-          quantity=Param("integer", "How many to add (at least 1)."))
+          quantity=Param("integer", "How many to add (at least 1).", minimum=1,
+                         maximum=MAX_COUNT))
     def add_to_cart(self, product_id: str, quantity: int) -> dict:
         product = self._product(product_id)
         if quantity < 1:
@@ -102,6 +106,23 @@ class Shopping(Domain):
         self.state["orders"].append(order)
         self.state["cart"], self.state["coupon"] = {}, None
         return order
+
+    def domain_problems(self) -> list[str]:
+        products = self.state["products"]
+        problems = []
+        for key, product in products.items():
+            if not is_count(product["stock"]):
+                problems.append(f"{key}: stock {product['stock']!r} is not a count >= 0")
+            if not is_amount(product["price"], positive=True):
+                problems.append(f"{key}: price {product['price']!r} is not a positive amount")
+        for key, quantity in self.state["cart"].items():
+            if key not in products:
+                problems.append(f"cart holds unknown product {key!r}")
+            elif not is_count(quantity, 1, products[key]["stock"]):
+                problems.append(f"cart quantity of {key} ({quantity!r}) is not 1..stock")
+        if self.state["coupon"] is not None and self.state["coupon"] not in _COUPONS:
+            problems.append(f"unknown coupon {self.state['coupon']!r}")
+        return problems
 
     @staticmethod
     def generate(rng: random.Random, tier: int) -> TaskSpec:

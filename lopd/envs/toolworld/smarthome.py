@@ -19,6 +19,7 @@ from lopd.envs.toolworld.base import (
     TaskSpec,
     ToolError,
     guard_others,
+    is_count,
     pick,
     tool,
 )
@@ -66,7 +67,7 @@ class SmartHome(Domain):
         return {"device_id": device_id, "on": False}
 
     @tool("Set a light's brightness (turns it on).", device_id=_DEV,
-          level=Param("integer", "Brightness in percent, 1-100."))
+          level=Param("integer", "Brightness in percent, 1-100.", minimum=1, maximum=100))
     def set_brightness(self, device_id: str, level: int) -> dict:
         light = self._device(device_id, "light")
         if not 1 <= level <= 100:
@@ -75,7 +76,8 @@ class SmartHome(Domain):
         return {"device_id": device_id, "on": True, "brightness": level}
 
     @tool("Set a thermostat's target temperature.", device_id=_DEV,
-          temperature=Param("integer", "Target temperature in Celsius, 10-30."))
+          temperature=Param("integer", "Target temperature in Celsius, 10-30.", minimum=10,
+                            maximum=30))
     def set_thermostat(self, device_id: str, temperature: int) -> dict:
         thermostat = self._device(device_id, "thermostat")
         if not 10 <= temperature <= 30:
@@ -88,6 +90,19 @@ class SmartHome(Domain):
     def set_lock(self, device_id: str, locked: bool) -> dict:
         self._device(device_id, "lock")["locked"] = locked
         return {"device_id": device_id, "locked": locked}
+
+    def domain_problems(self) -> list[str]:
+        problems = []
+        for key, device in self.state["devices"].items():
+            kind = device["type"]
+            if kind == "light" and not (isinstance(device["on"], bool)
+                                        and is_count(device["brightness"], 0, 100)):
+                problems.append(f"{key}: light state {device['on']!r}/{device['brightness']!r}")
+            elif kind == "thermostat" and not is_count(device["target"], 10, 30):
+                problems.append(f"{key}: target {device['target']!r} is not 10-30")
+            elif kind == "lock" and not isinstance(device["locked"], bool):
+                problems.append(f"{key}: 'locked' is not a boolean")
+        return problems
 
     @staticmethod
     def generate(rng: random.Random, tier: int) -> TaskSpec:

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import random
 
-from lopd.envs.toolworld.base import NAMES, Check, Domain, Param, TaskSpec, ToolError, pick, tool
+from lopd.envs.toolworld.base import (
+    NAMES,
+    Check,
+    Domain,
+    Param,
+    TaskSpec,
+    ToolError,
+    is_count,
+    pick,
+    tool,
+)
 
 _CITIES = ["Lisbon", "Madrid", "Paris", "Berlin", "Rome", "Vienna", "Dublin", "Prague"]
 _DATES = ["2025-05-02", "2025-05-03", "2025-05-04", "2025-05-05"]
@@ -68,6 +78,19 @@ class Travel(Domain):
                 for k, b in self.state["bookings"].items()
                 if b["passenger"].lower() == passenger.lower()]
         return {"passenger": passenger, "bookings": rows}
+
+    def domain_problems(self) -> list[str]:
+        flights = self.state["flights"]
+        problems = [f"{key}: seats {flight['seats']!r} is not a count >= 0"
+                    for key, flight in flights.items() if not is_count(flight["seats"])]
+        for key, booking in self.state["bookings"].items():
+            if booking["flight_id"] not in flights:
+                problems.append(f"{key}: unknown flight {booking['flight_id']!r}")
+            if not isinstance(booking["passenger"], str):
+                problems.append(f"{key}: passenger is not a name")
+        if not is_count(self.state["next_booking"]):
+            problems.append("next_booking is not a count")
+        return problems
 
     @staticmethod
     def generate(rng: random.Random, tier: int) -> TaskSpec:
