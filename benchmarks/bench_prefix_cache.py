@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
-    from lopd.evaluate import load_policy
+    from lopd.policy import load_policy
 
     started = time.perf_counter()
     setup_runtime(threads=args.threads, seed=0)

@@ -20,7 +20,7 @@ import torch
 
 from lopd.chat import ChatRenderer
 from lopd.envs import load_suite, make_env
-from lopd.evaluate import load_policy
+from lopd.policy import load_policy
 from lopd.generation import HFBackend
 from lopd.models import setup_runtime
 from lopd.rollout import RolloutConfig, run_episodes

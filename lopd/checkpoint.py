@@ -74,26 +74,29 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def export_student(run_dir: str | Path, out: str | Path, merge: bool = False) -> Path:
     """Copy the newest checkpoint's student to ``out`` (an HF or PEFT directory).
 
-    With ``merge``, a LoRA student is merged into its base and saved as a full HF model that
-    ``AutoModelForCausalLM.from_pretrained(out)`` loads without lopd.
+    With ``merge``, a LoRA student is merged into its base -- warm start (``model.init_adapter``)
+    included, merged first as in training -- and saved as a full HF model that
+    ``AutoModelForCausalLM.from_pretrained(out)`` loads without lopd. Without ``merge`` a LoRA
+    student is written as its PEFT adapter; when the run had a warm start, that adapter is a
+    delta on the *warm-started* base, which ``OUT/lopd_base.json`` names.
     """
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise FileNotFoundError(f"no complete checkpoint under {checkpoint_dir(run_dir)}")
-    student, out = checkpoint / "student", Path(out)
+    import json
+
+    from lopd.policy import load_run_policy, run_config, run_student_dir
+
+    student, out = run_student_dir(run_dir), Path(out)
     is_adapter = (student / "adapter_config.json").is_file()
     shutil.rmtree(out, ignore_errors=True)
     if is_adapter and merge:
-        import yaml
-        from peft import PeftModel
-
-        from lopd.models import load_model
-
-        config = yaml.safe_load((checkpoint / "config.yaml").read_text())
-        base, tokenizer = load_model(config["model"]["name"], dtype="fp32")
-        merged = PeftModel.from_pretrained(base, student).merge_and_unload()
+        merged, tokenizer = load_run_policy(run_dir, dtype="fp32", device="cpu")
         merged.save_pretrained(out)
         tokenizer.save_pretrained(out)
-    else:
-        shutil.copytree(student, out)
+        return out
+    shutil.copytree(student, out)
+    init_adapter = run_config(run_dir)["model"].get("init_adapter", "")
+    if is_adapter and init_adapter:
+        base = {"model": run_config(run_dir)["model"]["name"], "init_adapter": init_adapter,
+                "note": "this adapter applies on top of model + init_adapter merged; "
+                        "`lopd export --merge` writes the complete model"}
+        (out / "lopd_base.json").write_text(json.dumps(base, indent=2) + "\n")
     return out

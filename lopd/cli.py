@@ -50,12 +50,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from lopd.evaluate import run_eval
+    from lopd.evaluate import EvalSpec, run_eval
 
-    run_eval(model=args.model, suites=args.suite.split(","), limit=args.limit, out_dir=args.out,
-             adapter=args.adapter, threads=args.threads, dtype=args.dtype, device=args.device,
-             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-             max_steps=args.max_steps)
+    if args.latent_memory and not args.run:
+        print("eval --latent-memory needs --run RUN (a LOPD run directory)", file=sys.stderr)
+        return 2
+    run_eval(EvalSpec(
+        model=args.model, suites=args.suite.split(","), limit=args.limit, out_dir=args.out,
+        adapter=args.adapter, init_adapter=args.init_adapter, run=args.run,
+        latent_memory=args.latent_memory, threads=args.threads, dtype=args.dtype,
+        device=args.device, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+        max_steps=args.max_steps, samples=args.samples, temperature=args.temperature,
+        top_p=args.top_p, top_k=args.top_k))
     return 0
 
 
@@ -131,6 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate a model on task suites (JSON + markdown report)")
     ev.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
     ev.add_argument("--adapter", default="", help="PEFT adapter directory of a trained student")
+    ev.add_argument("--init-adapter", default="",
+                    help="warm-start adapter merged before --adapter (as model.init_adapter)")
+    ev.add_argument("--run", default="",
+                    help="evaluate a run's newest student (its model and warm start included)")
+    ev.add_argument("--latent-memory", action="store_true",
+                    help="with --run (LOPD): the frozen teacher acting with latents composed "
+                         "from the run's bank, to see what the latent context alone is worth")
+    ev.add_argument("--samples", type=int, default=1,
+                    help="episodes per task; > 1 also reports pass@k (use with --temperature)")
+    ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ev.add_argument("--top-p", type=float, default=1.0)
+    ev.add_argument("--top-k", type=int, default=0, help="0 = off")
     ev.add_argument("--suite", default="toolworld-test",
                     help="comma-separated: toolworld-test, toolworld-transfer, bfcl-multi-turn, "
                          "humaneval, code-train, ...")

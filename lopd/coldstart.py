@@ -82,8 +82,11 @@ def teacher_nll(
     with_context: bool = True,
     teacher_model=None,
     pad_id: int | None = None,
+    placement=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher NLL of the supervised tokens: ``(N,)`` values and ``(N,)`` row index."""
+    """Teacher NLL of the supervised tokens: ``(N,)`` values and ``(N,)`` row index.
+    ``placement`` (``lopd.framing.LatentPlacement``): where the latents go (default: after
+    the prompt)."""
     if pad_id is None:
         pad_id = composer.tokenizer.pad_token_id if composer is not None else 0
     device = model.get_input_embeddings().weight.device
@@ -93,6 +96,9 @@ def teacher_nll(
         context, mask = composer.compose(
             [e.task_text for e in examples], [list(e.experiences) for e in examples]
         )
+        if placement is not None:
+            embed = (teacher_model or model).get_input_embeddings()
+            batch, context, mask = placement.place(batch, context, mask, embed)
     logits = teacher_logits(
         model, batch, context, mask, positions="supervised", teacher_model=teacher_model
     )  # (N, V)
@@ -115,7 +121,7 @@ def _rows_with_tokens(examples: list[ColdStartExample]) -> int:
 
 
 def _accumulate_step(composer, model, chunk, micro_batch, teacher_model, pad_id,
-                     dtype) -> float | None:
+                     dtype, placement=None) -> float | None:
     """Eq. 10 loss of ``chunk`` (mean over rows of each row's mean NLL), its gradient
     accumulated over forwards of ``micro_batch`` examples: the same gradient as one forward of
     the whole chunk, with a fraction of its activations alive at a time. None: no tokens."""
@@ -126,7 +132,8 @@ def _accumulate_step(composer, model, chunk, micro_batch, teacher_model, pad_id,
     for start in range(0, len(chunk), micro_batch):
         part = chunk[start : start + micro_batch]
         with autocast_context(dtype, model_device(model)):
-            nll, rows = teacher_nll(composer, model, part, True, teacher_model, pad_id)
+            nll, rows = teacher_nll(composer, model, part, True, teacher_model, pad_id,
+                                    placement)
         loss = _row_mean_sum(nll, rows, len(part)) / n_rows
         if loss.requires_grad:
             loss.backward()
@@ -143,13 +150,15 @@ def evaluate_nll(
     batch_size: int = 8,
     teacher_model=None,
     dtype: str = "fp32",
+    placement=None,
 ) -> float:
     """Mean teacher NLL per action token (token-weighted) with or without latent context."""
     total, count = 0.0, 0
     for start in range(0, len(batch_examples), batch_size):
         chunk = batch_examples[start : start + batch_size]
         with autocast_context(dtype, model_device(model)):
-            nll, _ = teacher_nll(composer, model, chunk, with_context, teacher_model)
+            nll, _ = teacher_nll(composer, model, chunk, with_context, teacher_model,
+                                 placement=placement)
         total += float(nll.sum())
         count += nll.numel()
     return total / max(count, 1)
@@ -172,6 +181,7 @@ def cold_start(
     log=None,
     dtype: str = "fp32",
     micro_batch: int = 1,
+    placement=None,
 ) -> ColdStartResult:
     """Fit the composer on ``examples`` for ``steps`` AdamW steps; returns the metrics.
 
@@ -189,9 +199,9 @@ def cold_start(
     started = time.perf_counter()
     if evaluate:
         result.nll_no_context = evaluate_nll(composer, model, examples, False, batch_size,
-                                             teacher_model, dtype)
+                                             teacher_model, dtype, placement)
         result.nll_context_before = evaluate_nll(composer, model, examples, True, batch_size,
-                                                 teacher_model, dtype)
+                                                 teacher_model, dtype, placement)
     params = composer.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     generator = torch.Generator().manual_seed(seed)
@@ -202,7 +212,7 @@ def cold_start(
         chunk = [examples[i] for i in picks]
         optimizer.zero_grad(set_to_none=True)
         value = _accumulate_step(composer, model, chunk, max(micro_batch, 1), teacher_model,
-                                 tokenizer.pad_token_id, dtype)
+                                 tokenizer.pad_token_id, dtype, placement)
         if value is None:  # no supervised token in the draw: nothing to learn from
             continue
         if grad_clip:
@@ -214,7 +224,7 @@ def cold_start(
     composer.eval()
     if evaluate:
         result.nll_context_after = evaluate_nll(composer, model, examples, True, batch_size,
-                                                teacher_model, dtype)
+                                                teacher_model, dtype, placement)
     if save_dir is not None:
         composer.save(save_dir)
     result.seconds = time.perf_counter() - started

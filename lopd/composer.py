@@ -62,7 +62,13 @@ class ComposerConfig:
     max_pair_tokens: int = 512
     """Token budget of one rendered (task, experience) pair; the experience is cut first."""
     query_init_std: float = 0.02
-    """Standard deviation of the initial learned queries."""
+    """Standard deviation of the initial learned queries (``shared``: 1 / sqrt(d))."""
+    block: str = "independent"
+    """independent: ``n_layers`` blocks with their own weights; shared: one Perceiver-style
+    resampler block applied ``n_layers`` times (the authors' compressor)."""
+    latent_scale: str = "embedding_norm"
+    """embedding_norm: each latent rescaled to ``target_norm``; layernorm: LayerNorm of the
+    output projection, no rescaling (the authors')."""
     encoder_lora: bool = True
     """Give the encoder its own LoRA adapter psi; False = plain frozen backbone."""
     adapter_name: str = "composer"
@@ -139,31 +145,84 @@ class CompressorBlock(nn.Module):
         return queries, weights
 
 
+class ResamplerBlock(nn.Module):
+    """Perceiver-resampler block: the latents attend to ``[memory ; latents]``, then a
+    bias-free MLP; pre-norm, residual each (the authors' compressor block)."""
+
+    def __init__(self, d: int, n_heads: int, mlp_ratio: float):
+        super().__init__()
+        hidden = int(d * mlp_ratio)
+        self.norm_memory = nn.LayerNorm(d)
+        self.norm_latents = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, n_heads, batch_first=True, bias=False)
+        self.norm_mlp = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, hidden, bias=False), nn.GELU(),
+                                 nn.Linear(hidden, d, bias=False))
+
+    def forward(
+        self, queries: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As ``CompressorBlock.forward``; the weights returned cover the memory part only."""
+        latents = self.norm_latents(queries)
+        kv = torch.cat([self.norm_memory(memory), latents], dim=1)  # (P, T + K, d)
+        pad = torch.cat([memory_pad, memory_pad.new_zeros(queries.shape[:2])], dim=1)
+        attended, weights = self.attn(latents, kv, kv, key_padding_mask=pad,
+                                      need_weights=need_weights, average_attn_weights=True)
+        queries = queries + attended
+        queries = queries + self.mlp(self.norm_mlp(queries))
+        if weights is not None:
+            weights = weights[..., : memory.shape[1]]
+        return queries, weights
+
+
 class Compressor(nn.Module):
-    """QFormer-style compressor chi: ``H (P, T, d_model) -> E (P, K, d_embed)`` with fixed norm."""
+    """Compressor chi: ``H (P, T, d_model) -> E (P, K, d_embed)``.
+
+    ``block="independent"``: QFormer-style, ``n_layers`` blocks of their own; ``"shared"``: one
+    ``ResamplerBlock`` applied ``n_layers`` times. ``latent_scale="embedding_norm"``: each latent
+    rescaled to L2 norm ``target_norm``; ``"layernorm"``: ``LayerNorm(proj(.))`` as is.
+    """
 
     def __init__(
         self, d_model: int, d_embed: int, num_queries: int, n_layers: int, n_heads: int,
         mlp_ratio: float, query_init_std: float, target_norm: float,
+        block: str = "independent", latent_scale: str = "embedding_norm",
     ):
         super().__init__()
-        self.queries = nn.Parameter(torch.randn(num_queries, d_model) * query_init_std)
-        self.blocks = nn.ModuleList(
-            CompressorBlock(d_model, n_heads, mlp_ratio) for _ in range(n_layers)
-        )
-        self.norm_out = nn.LayerNorm(d_model)
+        if block not in ("independent", "shared"):
+            raise ValueError(f"compressor block must be independent or shared, got {block!r}")
+        if latent_scale not in ("embedding_norm", "layernorm"):
+            raise ValueError(f"latent_scale must be embedding_norm or layernorm, got {latent_scale!r}")
+        self.block_kind, self.latent_scale, self.n_layers = block, latent_scale, n_layers
+        std = d_model ** -0.5 if block == "shared" else query_init_std
+        self.queries = nn.Parameter(torch.randn(num_queries, d_model) * std)
+        if block == "shared":
+            self.blocks = nn.ModuleList([ResamplerBlock(d_model, n_heads, mlp_ratio)])
+        else:
+            self.blocks = nn.ModuleList(
+                CompressorBlock(d_model, n_heads, mlp_ratio) for _ in range(n_layers)
+            )
+        self.norm_out = nn.LayerNorm(d_model if latent_scale == "embedding_norm" else d_embed)
         self.proj = nn.Linear(d_model, d_embed)
         self.register_buffer("target_norm", torch.tensor(float(target_norm)))
+
+    def _schedule(self) -> list[nn.Module]:
+        """The block applied at each layer (the one shared block ``n_layers`` times)."""
+        return list(self.blocks) if self.block_kind == "independent" else [self.blocks[0]] * self.n_layers
 
     def forward(
         self, memory: torch.Tensor, memory_pad: torch.Tensor, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Latents ``(P, K, d_embed)``, each of L2 norm ``target_norm``; last-layer weights."""
+        """Latents ``(P, K, d_embed)`` and the last layer's cross-attention weights."""
         queries = self.queries.unsqueeze(0).expand(memory.shape[0], -1, -1)  # (P, K, d)
         weights = None
-        for index, block in enumerate(self.blocks):
-            last = index == len(self.blocks) - 1
+        schedule = self._schedule()
+        for index, block in enumerate(schedule):
+            last = index == len(schedule) - 1
             queries, weights = block(queries, memory, memory_pad, need_weights and last)
+        if self.latent_scale == "layernorm":
+            return self.norm_out(self.proj(queries)), weights
         latents = self.proj(self.norm_out(queries))
         scale = self.target_norm / latents.norm(dim=-1, keepdim=True).clamp_min(1e-6)
         return latents * scale, weights
@@ -226,6 +285,7 @@ class Composer(nn.Module):
         self.compressor = Compressor(
             d_model, embedding.shape[1], config.num_queries, config.n_layers,
             _head_count(d_model, heads), config.mlp_ratio, config.query_init_std, target_norm,
+            block=config.block, latent_scale=config.latent_scale,
         ).to(embedding.device)
         for param in self.lora_parameters().values():
             param.requires_grad_(True)

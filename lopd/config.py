@@ -45,7 +45,11 @@ class ModelConfig:
     lora_alpha: int = 32
     """LoRA scaling numerator of the student adapter."""
     init_adapter: str = ""
-    """Optional PEFT adapter directory to start the student from (e.g. the `lopd sft` output)."""
+    """Optional PEFT LoRA directory (any rank, alpha, target modules; e.g. the `lopd sft`
+    output) merged into the base weights at load: the warm-started model is the initial policy
+    theta_bar, so the teacher, the composer's encoder, the cold start and the student (LoRA or
+    full) all start from it (paper eq. 8). `lopd eval --run`, `lopd export` and `lopd inspect`
+    merge it the same way."""
 
 
 @dataclass
@@ -96,7 +100,53 @@ class MethodConfig:
     clip_eps: float = 0.2
     """GRPO ratio clip."""
     experience_chars: int = 600
-    """Experience text is cut to this many characters before encoding or text injection."""
+    """Experience text is cut to this many characters before encoding or text injection
+    (condensed traces; `encoder_input=full` is cut by `encoder_max_tokens` instead)."""
+    latent_placement: str = "after_prompt"
+    """Where the J*K latents enter the teacher's input. after_prompt (lopd, the paper's
+    [s ; c]): bare vectors right after the first user message. framed (the authors' code):
+    inside the first user message before the task text, between a sentence saying a reference
+    example of another task follows and one closing it (lopd.framing)."""
+    latent_scale: str = "embedding_norm"
+    """Scale of each latent vector. embedding_norm (lopd): rescaled to the mean L2 norm of the
+    backbone's embedding rows, so only directions are learned. layernorm (the authors' code):
+    LayerNorm of the output projection, used as is."""
+    compressor: str = "independent"
+    """Compressor architecture. independent (lopd): `composer_layers` blocks with their own
+    weights, each [self-attention, cross-attention to the encoder states, MLP]. shared (the
+    authors' code): a Perceiver-style resampler, one weight-shared [attention over (encoder
+    states ; latents), bias-free MLP] block applied `composer_layers` times (theirs: 8),
+    queries initialised randn / sqrt(d)."""
+    anchor_reduction: str = "sum"
+    """Anchor ||c - sg(c0)||^2 reduction. sum (paper eq. 13: squared L2 norm over the J*K x d
+    values of a context) | mean (the authors' code: element-wise mean; they use lambda 0.2)."""
+    encoder_input: str = "condensed"
+    """What the composer's encoder reads of each retrieved experience. condensed (lopd, the
+    paper): the task text plus the action->result trace with verbose observations cut.
+    full (the authors' code): the whole chat rendering of the stored trajectory (system
+    prompt, every turn), cut at `encoder_max_tokens`; rows without stored messages fall back to
+    their condensed trace."""
+    encoder_max_tokens: int = 512
+    """Token budget of one rendered (task, experience) encoder input (the authors do not cut;
+    on a CPU the encoder's cost grows with it)."""
+    cold_start_lr: float = 1e-3
+    """Learning rate of the composer cold start (the authors: 1e-5 over 1,000 steps)."""
+    cold_start_batch: int = 4
+    """Examples per cold-start step (the authors: 8)."""
+    cold_start_clip: float = 1.0
+    """Gradient-norm clip of the cold start, 0 = off (the authors: 30 for the compressor, 3
+    for the encoder LoRA)."""
+    bank_file: str = ""
+    """Optional JSONL of trajectories that seeds the experience bank instead of the reference
+    solutions: one object per line with task_id, task (text), reward and messages (the chat
+    transcript); `domain` optional. Rows below `bank_min_reward` are skipped."""
+    bank_min_reward: float = 1.0
+    """Rows of `bank_file` with a lower reward are not loaded (the authors keep every row:
+    0; the paper's bank holds successful trajectories only: 1)."""
+    allow_self_retrieval: bool = False
+    """Let a task retrieve its own past trajectories. Off (lopd, the paper): a task's own rows
+    are excluded, so the teacher cannot be handed the answer to the very task it scores, and
+    the cold start cannot learn to copy. On: the authors' code."""
 
 
 @dataclass
@@ -240,6 +290,21 @@ def validate(config: Config) -> Config:
         (config.method.latent_tokens >= 1, "method.latent_tokens", ">= 1"),
         (config.method.margin >= 0, "method.margin", ">= 0"),
         (config.method.context in ("latent", "text"), "method.context", "latent or text"),
+        (config.method.latent_placement in ("after_prompt", "framed"),
+         "method.latent_placement", "after_prompt or framed"),
+        (config.method.latent_scale in ("embedding_norm", "layernorm"), "method.latent_scale",
+         "embedding_norm or layernorm"),
+        (config.method.compressor in ("independent", "shared"), "method.compressor",
+         "independent or shared"),
+        (config.method.anchor_reduction in ("sum", "mean"), "method.anchor_reduction",
+         "sum or mean"),
+        (config.method.encoder_input in ("condensed", "full"), "method.encoder_input",
+         "condensed or full"),
+        (config.method.encoder_max_tokens >= 16, "method.encoder_max_tokens", ">= 16"),
+        (config.method.composer_layers >= 1, "method.composer_layers", ">= 1"),
+        (config.method.cold_start_lr > 0, "method.cold_start_lr", "> 0"),
+        (config.method.cold_start_batch >= 1, "method.cold_start_batch", ">= 1"),
+        (config.method.cold_start_clip >= 0, "method.cold_start_clip", ">= 0"),
         (config.method.beta_lr >= 0, "method.beta_lr", ">= 0"),
         (config.method.anchor_weight >= 0, "method.anchor_weight", ">= 0"),
         (0 <= config.method.jsd_beta <= 1, "method.jsd_beta", "in [0, 1]"),

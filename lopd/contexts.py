@@ -8,8 +8,9 @@ divergence (``lopd.methods``). A provider turns one step's trajectories into a `
 - text (baselines), inserted at the same point as a user message:
   - SDFT: a demonstration — the task's reference trajectory, condensed (``reference``);
   - OPSD: the oracle answer — the task's reference solution verbatim;
-  - SDPO: a successful sibling rollout of the same group, condensed, plus the environment's
-    feedback on this rollout; a group without a success gives no signal (as in SDPO);
+  - SDPO: a successful sibling rollout of the same group (never the rollout itself), condensed,
+    plus the environment's feedback on this rollout; a rollout without a successful sibling
+    gives no signal (as in SDPO);
   - Skill-SD: skills the model itself summarised from successful trajectories, kept in a
     library (its own SQLite bank) and retrieved by task similarity.
 
@@ -85,9 +86,10 @@ def text_context(method: str, trajs: Sequence[Trajectory], renderer: ChatRendere
 
 
 def _sibling_feedback(traj: Trajectory, trajs: Sequence[Trajectory]) -> str | None:
+    """A successful *sibling* of ``traj`` (same group, another rollout) plus feedback, or None.
+    A rollout is never its own demonstration (the public SDPO code's default): a lone success
+    in its group gets no signal."""
     siblings = [t for t in trajs if t.group == traj.group and t.success and t is not traj]
-    if traj.success:
-        siblings = siblings or [traj]
     if not siblings:
         return None
     best = max(siblings, key=lambda t: t.reward)
@@ -98,18 +100,37 @@ def _sibling_feedback(traj: Trajectory, trajs: Sequence[Trajectory]) -> str | No
 
 
 class LatentContextProvider:
-    """LOPD: retrieve J experiences per task, compose J*K latent tokens, share per group."""
+    """LOPD: retrieve J experiences per task, compose J*K latent tokens, share per group.
 
-    def __init__(self, composer, retriever, num_experiences: int, experience_chars: int):
+    ``transcripts`` (a ``TranscriptStore``) switches the encoder's input to the full chat
+    rendering of each retrieved trajectory (``method.encoder_input=full``); otherwise it reads
+    the condensed trace cut to ``experience_chars``. ``allow_self`` lets a task retrieve its
+    own rows (``method.allow_self_retrieval``).
+    """
+
+    def __init__(self, composer, retriever, num_experiences: int, experience_chars: int,
+                 transcripts=None, allow_self: bool = False):
         self.composer = composer
         self.retriever = retriever
         self.j = num_experiences
         self.chars = experience_chars
+        self.transcripts = transcripts
+        self.allow_self = allow_self
+
+    def experience_text(self, experience) -> str:
+        """What the encoder reads of one retrieved row."""
+        if self.transcripts is not None:
+            from lopd.experience.transcripts import render_transcript
+
+            messages = self.transcripts.get(experience.task_id, experience.trace_sha256)
+            if messages:
+                return render_transcript(self.composer.tokenizer, messages)
+        return _clip(experience.trace, self.chars)
 
     def retrieve_texts(self, tasks, step: int | None) -> list[list[str]]:
         found = self.retriever.retrieve([(t.id, t.prompt) for t in tasks], j=self.j,
-                                        max_step=step)
-        return [[_clip(e.trace, self.chars) for e in row] for row in found]
+                                        max_step=step, exclude_same_task=not self.allow_self)
+        return [[self.experience_text(e) for e in row] for row in found]
 
     def compose(self, tasks, texts: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.composer.compose([t.prompt for t in tasks], texts)

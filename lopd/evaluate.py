@@ -11,6 +11,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lopd.rollout import RolloutConfig, run_episodes
@@ -70,6 +71,10 @@ def markdown_table(results: dict[str, dict]) -> str:
                      f"{b['interaction_steps']:.2f} | {b['tool_calls_per_step']:.2f} | "
                      f"{b['first_response_tokens']:.1f} | {b['reward_per_tool_call']:.3f} |")
     for suite, s in results.items():
+        if "pass_at_k" in s:
+            lines.append(f"\n{suite}: {s['samples']} sampled episodes per task, mean success "
+                         f"{s['success']:.3f}, pass@{s['samples']} {s['pass_at_k']:.3f}")
+    for suite, s in results.items():
         if "by_category" in s:
             cats = ", ".join(f"{k} {v:.3f}" for k, v in s["by_category"].items())
             lines.append(f"\n{suite} per category: {cats}")
@@ -82,59 +87,116 @@ def _report(bar, job, suite: str, done: int, total: int) -> None:
         bar.console.print(f"{suite}: {done}/{total} episodes")
 
 
-def load_policy(model: str, adapter: str = "", dtype: str = "auto", device: str = "auto"):
-    """(model, tokenizer) on ``device`` with an optional PEFT adapter merged in for fast
-    generation."""
-    from lopd.models import load_model
+@dataclass
+class EvalSpec:
+    """What ``lopd eval`` runs: which policy, which suites, how episodes are decoded.
 
-    base, tokenizer = load_model(model, dtype=dtype, device=device)
-    if adapter:
-        from peft import PeftModel
+    The policy is ``model`` + ``init_adapter`` (merged first) + ``adapter``; or, with ``run``,
+    that run's newest student (warm start included); or, with ``run`` and ``latent_memory``, the
+    run's frozen initial policy acting with latents composed from the run's bank and composer
+    (``lopd.latent_memory``). ``samples`` > 1 plays each task that many times with
+    ``temperature`` / ``top_p`` / ``top_k`` and reports the mean and pass@k beside it; the
+    default is one greedy episode per task.
+    """
 
-        base = PeftModel.from_pretrained(base, adapter).merge_and_unload()
-        base.eval()
-    return base, tokenizer
+    model: str = "smollm2-135m"
+    suites: list[str] = field(default_factory=lambda: ["toolworld-test"])
+    limit: int = 0
+    out_dir: str = "runs/eval"
+    adapter: str = ""
+    init_adapter: str = ""
+    run: str = ""
+    latent_memory: bool = False
+    threads: int = 2
+    dtype: str = "auto"
+    device: str = "auto"
+    max_new_tokens: int = 192
+    max_steps: int = 30
+    batch_size: int = 32
+    seed: int = 0
+    samples: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def describe(self) -> str:
+        if self.run:
+            return f"run {self.run}" + (" (teacher + latent memory)" if self.latent_memory else "")
+        parts = [self.model] + [a for a in (self.init_adapter, self.adapter) if a]
+        return " + ".join(parts)
 
 
-def run_eval(model: str, suites: list[str], limit: int = 0, out_dir: str = "runs/eval",
-             adapter: str = "", threads: int = 2, dtype: str = "auto", device: str = "auto",
-             max_new_tokens: int = 192,
-             batch_size: int = 32, seed: int = 0, max_steps: int = 30) -> dict[str, dict]:
+def pass_at_k(trajectories: Sequence[Trajectory]) -> float:
+    """Share of tasks with at least one successful episode among their samples."""
+    solved: dict[str, bool] = {}
+    for traj in trajectories:
+        solved[traj.task.id] = solved.get(traj.task.id, False) or traj.success
+    return _mean([float(v) for v in solved.values()])
+
+
+def _policy_backend(spec: EvalSpec):
+    """(backend, renderer, context length) for the spec's policy."""
+    from lopd.chat import ChatRenderer
+    from lopd.generation import HFBackend
+    from lopd.models import model_device, resolve_dtype
+    from lopd.policy import load_policy, load_run_policy
+
+    if spec.run and spec.latent_memory:
+        from lopd.latent_memory import build_run_runtime
+
+        rt = build_run_runtime(spec.run, spec.threads, "" if spec.device == "auto" else spec.device)
+        return None, rt
+    if spec.run:
+        policy, tokenizer = load_run_policy(spec.run, spec.dtype, spec.device)
+    else:
+        policy, tokenizer = load_policy(spec.model, spec.adapter, spec.dtype, spec.device,
+                                        init_adapter=spec.init_adapter)
+    renderer = ChatRenderer(tokenizer)
+    autocast = resolve_dtype(spec.dtype, model_device(policy)) == "bf16-autocast"
+    backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id, autocast=autocast)
+    context = int(getattr(policy.config, "max_position_embeddings", 8192) or 8192)
+    return (backend, renderer, context), None
+
+
+def run_eval(spec: EvalSpec) -> dict[str, dict]:
     """`lopd eval`: evaluate on each suite and write ``eval.json`` + ``eval.md`` to ``out_dir``."""
     from rich.progress import Progress
 
-    from lopd.chat import ChatRenderer
     from lopd.envs import load_suite
-    from lopd.generation import HFBackend
-    from lopd.models import model_device, resolve_dtype, setup_runtime
+    from lopd.models import setup_runtime
 
-    setup_runtime(threads=threads, seed=seed)
-    policy, tokenizer = load_policy(model, adapter, dtype, device)
-    renderer = ChatRenderer(tokenizer)
-    backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id,
-                        autocast=resolve_dtype(dtype, model_device(policy)) == "bf16-autocast")
-    context = int(getattr(policy.config, "max_position_embeddings", 8192) or 8192)
+    setup_runtime(threads=spec.threads, seed=spec.seed)
+    built, rt = _policy_backend(spec)
     results: dict[str, dict] = {}
     started = time.time()
     with Progress() as bar:
-        for suite in suites:
-            tasks = load_suite(suite, n=limit or None)
+        for suite in spec.suites:
+            tasks = load_suite(suite, n=spec.limit or None)
             # BFCL caps steps per user turn itself (20); the engine's cap covers whole episodes
-            rollout = RolloutConfig(max_steps=400 if suite.startswith("bfcl") else max_steps,
-                                    max_new_tokens=max_new_tokens, temperature=0.0,
-                                    max_context_tokens=min(context, 8192))
-            job = bar.add_task(suite, total=len(tasks))
-            trajs = evaluate_tasks(backend, renderer, tasks, rollout, batch_size, seed,
+            steps = 400 if suite.startswith("bfcl") else spec.max_steps
+            if rt is not None:
+                from lopd.latent_memory import latent_memory_backend
+
+                backend, renderer, context = latent_memory_backend(rt, tasks, steps), \
+                    rt.renderer, 8192
+            else:
+                backend, renderer, context = built
+            rollout = RolloutConfig(max_steps=steps, max_new_tokens=spec.max_new_tokens,
+                                    temperature=spec.temperature, top_p=spec.top_p,
+                                    top_k=spec.top_k, max_context_tokens=min(context, 8192))
+            played = [t for t in tasks for _ in range(max(spec.samples, 1))]
+            job = bar.add_task(suite, total=len(played))
+            trajs = evaluate_tasks(backend, renderer, played, rollout, spec.batch_size, spec.seed,
                                    progress=lambda done, total, job=job, suite=suite: _report(
                                        bar, job, suite, done, total))
             results[suite] = summarize(trajs)
-    out = Path(out_dir)
+            if spec.samples > 1:
+                results[suite].update(samples=spec.samples, pass_at_k=pass_at_k(trajs))
+    out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": model, "adapter": adapter, "dtype": dtype, "limit": limit, "max_steps": max_steps,
-            "max_new_tokens": max_new_tokens, "seconds": round(time.time() - started, 1)}
+    meta = {**asdict(spec), "seconds": round(time.time() - started, 1)}
     (out / "eval.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    (out / "eval.md").write_text(f"# Evaluation of {model}{' + ' + adapter if adapter else ''}\n\n"
-                                 + markdown_table(results))
+    (out / "eval.md").write_text(f"# Evaluation of {spec.describe()}\n\n" + markdown_table(results))
     print(markdown_table(results))
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return results

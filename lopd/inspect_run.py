@@ -57,6 +57,6 @@ def inspect_run(run_dir: str, task_id: str, out: str = "") -> Path:
                                  rt.renderer, rollout)
     target = Path(out) if out else run / "inspect" / task_id
     inspect(rt.composer, rt.model, rt.tokenizer, task.prompt, experiences, trajectory,
-            out_dir=target, teacher_model=rt.teacher_model)
+            out_dir=target, teacher_model=rt.teacher_model, placement=rt.placement)
     print(f"inspector output in {target}")
     return target

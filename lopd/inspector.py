@@ -106,11 +106,15 @@ def _latent_reads(composed, tokenizer, embedding, top_tokens: int, window: int):
     return reads, attention, pair_tokens
 
 
-def _privilege(model, trajectory, context, mask, pad_id, teacher_model):
+def _privilege(model, trajectory, context, mask, pad_id, teacher_model, placement=None):
     """Teacher and student log-probs of the trajectory's tokens, ``(T-1,)`` each, + mask."""
     device = model.get_input_embeddings().weight.device
     batch = collate([trajectory], pad_id).to(device)
-    t_logits = teacher_logits(model, batch, context, mask, teacher_model=teacher_model)
+    teacher_batch = batch
+    if placement is not None:  # where the latents go (lopd.framing)
+        embed = (teacher_model or model).get_input_embeddings()
+        teacher_batch, context, mask = placement.place(batch, context, mask, embed)
+    t_logits = teacher_logits(model, teacher_batch, context, mask, teacher_model=teacher_model)
     s_logits = student_logits(model, batch)
     teacher = gather_token_logprobs(t_logits[:, :-1], batch.targets)[0]
     student = gather_token_logprobs(s_logits[:, :-1], batch.targets)[0]
@@ -236,6 +240,7 @@ def inspect(
     teacher_model=None,
     top_tokens: int = 5,
     window: int = 3,
+    placement=None,
 ) -> InspectReport:
     """Compose, score and render one task (module docstring). ``console=False`` is silent."""
     composed = composer.compose_detailed([task_text], [list(experiences)], return_attention=True)
@@ -246,7 +251,7 @@ def inspect(
                                                   window)
     pad_id = tokenizer.pad_token_id or 0
     teacher, student, mask, targets = _privilege(
-        model, trajectory, composed.context, composed.mask, pad_id, teacher_model
+        model, trajectory, composed.context, composed.mask, pad_id, teacher_model, placement
     )
     deltas = torch.where(mask, teacher - student, torch.tensor(float("nan"))).numpy()
     report = InspectReport(

@@ -285,19 +285,27 @@ def dual_update(
     return max(0.0, beta + lr * (margin - delta))
 
 
-def latent_anchor(context: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+def latent_anchor(context: torch.Tensor, reference: torch.Tensor,
+                  reduction: str = "sum") -> torch.Tensor:
     """Anchor term of eq. 13: ``||c - sg(c0)||^2``.
 
     ``context, reference (..., L, d)``: latent contexts (``L = J*K`` tokens of width ``d``).
-    Normalisation: the squared L2 distance is *summed* over the latent tokens and dims of one
-    context, then *averaged* over the leading batch dims (a single ``(L, d)`` context is a batch
-    of one). ``reference`` is detached. Computed in >= fp32.
+    ``reduction="sum"`` (the paper's squared L2 norm): the squared differences are *summed*
+    over the latent tokens and dims of one context; ``"mean"`` (the authors' code): *averaged*
+    over them, i.e. ``sum / (L * d)``. Either way the result is then averaged over the leading
+    batch dims (a single ``(L, d)`` context is a batch of one). ``reference`` is detached.
+    Computed in >= fp32.
     """
     if context.shape != reference.shape or context.dim() < 2:
         raise ValueError(f"context {tuple(context.shape)} / reference shape mismatch or < 2-D")
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     dtype = _compute_dtype(context, reference)
     diff = context.to(dtype) - reference.detach().to(dtype)
-    return diff.pow(2).sum(dim=(-2, -1)).mean()
+    per_context = diff.pow(2).sum(dim=(-2, -1))
+    if reduction == "mean":
+        per_context = per_context / (context.shape[-2] * context.shape[-1])
+    return per_context.mean()
 
 
 def lopd_objective(

@@ -290,17 +290,45 @@ def load_tokenizer(name: str = SMOLLM2):
     return tokenizer
 
 
-def load_model(name: str = SMOLLM2, dtype: str = "fp32", device: str = "cpu"):
+def load_model(name: str = SMOLLM2, dtype: str = "fp32", device: str = "cpu",
+               init_adapter: str | Path = ""):
     """Load ``(model, tokenizer)`` in eval mode with the requested weight dtype, on ``device``
-    (``auto``: the GPU where there is one)."""
+    (``auto``: the GPU where there is one).
+
+    ``init_adapter``: a PEFT LoRA directory (a warm start, e.g. ``lopd sft``'s output) merged
+    into the weights here, so the returned plain model *is* the initial policy: the frozen
+    teacher, the composer's encoder and a new student adapter all start from it.
+    """
     from transformers import AutoModelForCausalLM
 
     directory = resolve_model_dir(name)
     target = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype(dtype, target))
     model.to(target)
+    if init_adapter:
+        model = merge_adapter(model, init_adapter)
     model.eval()
     return model, load_tokenizer(name)
+
+
+def check_adapter_dir(path: str | Path) -> Path:
+    """``path`` if it is a PEFT adapter directory, else a ``ModelNotAvailable`` that says so."""
+    path = Path(path).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise ModelNotAvailable(
+            f"{path} is not a PEFT adapter directory (no adapter_config.json); pass the "
+            "directory `lopd sft` or `lopd export` wrote (e.g. runs/sft/adapter)")
+    return path
+
+
+def merge_adapter(model, adapter: str | Path):
+    """Merge the PEFT LoRA adapter at ``adapter`` (any rank, alpha or target modules) into
+    ``model``'s weights; returns the plain merged model."""
+    from peft import PeftModel
+
+    merged = PeftModel.from_pretrained(model, str(check_adapter_dir(adapter))).merge_and_unload()
+    merged.eval()
+    return merged
 
 
 @dataclass

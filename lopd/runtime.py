@@ -11,6 +11,7 @@ whole model and the teacher a separate frozen copy.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Runtime:
     retriever: Any = None
     skills: Any = None
     demos: dict = field(default_factory=dict)
+    placement: Any = None
+    transcripts: Any = None
     student_opt: Any = None
     composer_opt: Any = None
 
@@ -115,6 +118,9 @@ class Runtime:
             ids = [context.text_ids[r] for r in rows]
             if any(ids):
                 latent, mask = pad_context_ids(ids, self.pad_id, batch.input_ids.device)
+        if latent is not None and leaf is not None:  # latent placement (lopd.framing)
+            embed = (self.teacher_model or self.model).get_input_embeddings()
+            batch, latent, mask = self.placement.place(batch, latent, mask, embed)
         return teacher_logits(self.model, batch, latent, mask, positions="supervised",
                               teacher_model=self.teacher_model,
                               share_prefix=self.share_prefix)
@@ -138,7 +144,8 @@ class Runtime:
         wins = [t for t in trajs if t.success]
         if self.retriever is not None:
             if wins:
-                self.retriever.add([experience_from_trajectory(t, step) for t in wins])
+                add_experiences(self, [experience_from_trajectory(t, step) for t in wins],
+                                [t.messages for t in wins])
             if distributed.world()[1] > 1:  # other processes' rows
                 distributed.barrier()
                 self.retriever.sync()
@@ -192,7 +199,7 @@ class Runtime:
             latent, _ = self.composer.compose(context.task_prompts, context.texts)
         with torch.no_grad():
             reference, _ = self.anchor_composer.compose(context.task_prompts, context.texts)
-        anchor = latent_anchor(latent, reference)
+        anchor = latent_anchor(latent, reference, self.config.method.anchor_reduction)
         objective = self.config.method.anchor_weight * anchor
         if leaf.grad is not None:
             objective = objective + (latent * leaf.grad).sum()
@@ -333,15 +340,16 @@ def _build_model(config: Config):
     except ValueError as error:
         raise ConfigError(f"model.device: {error}") from None
     weights_dtype = "bf16" if resolve_dtype(config.model.dtype, device) == "bf16" else "fp32"
-    model, tokenizer = load_model(config.model.name, dtype=weights_dtype, device=str(device))
+    # the warm start is merged into the base: the initial policy theta_bar (teacher, composer
+    # encoder, cold start) is the warm-started model, and the student starts from it
+    model, tokenizer = load_model(config.model.name, dtype=weights_dtype, device=str(device),
+                                  init_adapter=config.model.init_adapter)
     teacher = None
     if config.model.student == "full":
         teacher = freeze(copy.deepcopy(model))
         model.requires_grad_(True)
     else:
         model = add_adapter(model, STUDENT, LoraSpec(r=config.model.lora_r, alpha=config.model.lora_alpha))
-        if config.model.init_adapter:
-            load_adapter_weights(model, Path(config.model.init_adapter), STUDENT)
     if config.optim.activation_checkpointing:
         for each in (model, teacher):
             if each is not None:
@@ -353,12 +361,14 @@ def build_runtime(config: Config, out: Path) -> Runtime:
     """Load the model, tasks, and the method's extra parts (composer, bank, skills, demos)."""
     from lopd.chat import ChatRenderer
     from lopd.envs import load_suite
+    from lopd.framing import LatentPlacement
 
     model, tokenizer, teacher = _build_model(config)
     train_tasks = load_suite(config.data.train_suite, n=config.data.max_train_tasks or None)
     eval_tasks = load_suite(config.data.eval_suite, n=config.data.eval_tasks or None)
     rt = Runtime(config, out, model, tokenizer, ChatRenderer(tokenizer), train_tasks, eval_tasks,
-                 teacher_model=teacher)
+                 teacher_model=teacher,
+                 placement=LatentPlacement.build(config.method.latent_placement, tokenizer))
     method = config.method.name
     if method == "lopd":
         _attach_latent(rt)
@@ -389,26 +399,34 @@ def _attach_latent(rt: Runtime) -> None:
     from lopd.composer import Composer, ComposerConfig
     from lopd.experience.bank import ExperienceBank, bank_path
     from lopd.experience.retriever import Embedder, Retriever
+    from lopd.experience.transcripts import TranscriptStore
     from lopd.models import LoraSpec
 
     cfg = rt.config.method
     spec = LoraSpec(r=cfg.composer_lora_r, alpha=2 * cfg.composer_lora_r)
     composer_cfg = ComposerConfig(num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers,
-                                  lora=spec)
+                                  lora=spec, block=cfg.compressor, latent_scale=cfg.latent_scale,
+                                  max_pair_tokens=cfg.encoder_max_tokens)
     # The encoder lives on the frozen backbone: the student's own base (LoRA student) or the
     # frozen teacher copy (full fine-tuning), never on trainable student weights.
     backbone = rt.model if rt.teacher_model is None else rt.teacher_model
     rt.composer = Composer(backbone, rt.tokenizer, composer_cfg)
-    rt.anchor_composer = Composer(rt.composer.model, rt.tokenizer, ComposerConfig(
-        num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers, lora=spec,
-        adapter_name="composer_anchor"))
+    rt.anchor_composer = Composer(rt.composer.model, rt.tokenizer, dataclasses.replace(
+        composer_cfg, adapter_name="composer_anchor"))
     if rt.teacher_model is not None:
         rt.teacher_model = rt.composer.model  # the wrapped copy, so adapters can be disabled
     rt.bank = ExperienceBank(bank_path(rt.out))
     rt.retriever = Retriever(rt.bank, Embedder())
+    rt.transcripts = TranscriptStore(bank_path(rt.out))
+    rt.provider = LatentContextProvider(
+        rt.composer, rt.retriever, cfg.num_experiences, cfg.experience_chars,
+        transcripts=rt.transcripts if cfg.encoder_input == "full" else None,
+        allow_self=cfg.allow_self_retrieval)
     phi0 = rt.out / "composer_phi0"
     if distributed.is_main():  # seed + cold start once; the other processes load the result
-        if rt.bank.count() == 0 and cfg.seed_experiences:
+        if rt.bank.count() == 0 and cfg.bank_file:
+            seed_bank_from_file(rt, cfg.bank_file, cfg.bank_min_reward)
+        elif rt.bank.count() == 0 and cfg.seed_experiences:
             seed_bank(rt, cfg.seed_experiences)
         if not (phi0 / "composer.safetensors").exists():
             run_cold_start(rt, phi0)
@@ -416,8 +434,6 @@ def _attach_latent(rt: Runtime) -> None:
     rt.retriever.sync()
     rt.composer.load(phi0)
     rt.anchor_composer.load(phi0).requires_grad_(False)
-    rt.provider = LatentContextProvider(rt.composer, rt.retriever, cfg.num_experiences,
-                                        cfg.experience_chars)
     if cfg.freeze_composer:  # ablation: phi stays phi_0
         rt.composer.requires_grad_(False)
     else:
@@ -433,8 +449,27 @@ def seed_bank(rt: Runtime, count: int) -> int:
 
     trajs = [reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps)
              for t in rt.train_tasks[:count] if t.reference]
-    wins = [experience_from_trajectory(t, step=0, source="seed") for t in trajs if t.success]
-    return len(rt.retriever.add(wins))
+    wins = [t for t in trajs if t.success]
+    return add_experiences(rt, [experience_from_trajectory(t, step=0, source="seed")
+                                for t in wins], [t.messages for t in wins])
+
+
+def seed_bank_from_file(rt: Runtime, path: str, min_reward: float) -> int:
+    """Seed experiences from a JSONL file of trajectories (``method.bank_file``)."""
+    from lopd.experience.bank_file import read_bank_file
+
+    rows = read_bank_file(path, min_reward)
+    if not rows:
+        raise ConfigError(f"method.bank_file: no row of {path} has reward >= {min_reward}")
+    return add_experiences(rt, [r.experience for r in rows], [r.messages for r in rows])
+
+
+def add_experiences(rt: Runtime, experiences: list, transcripts: list) -> int:
+    """Add rows to the bank (and the retriever) with their full transcripts."""
+    if rt.transcripts is not None:
+        rt.transcripts.put((e.task_id, e.trace_sha256, m)
+                           for e, m in zip(experiences, transcripts))
+    return len(rt.retriever.add(experiences))
 
 
 def run_cold_start(rt: Runtime, phi0: Path) -> dict:
@@ -454,14 +489,17 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
         fit = examples[len(held):]
         with rt.checkpointing():
             result = cold_start(rt.composer, rt.model, rt.tokenizer, fit, cfg.cold_start_steps,
-                                lr=1e-3, batch_size=4, seed=rt.config.run.seed,
-                                teacher_model=rt.teacher_model, evaluate=False, dtype=rt.dtype)
+                                lr=cfg.cold_start_lr, batch_size=cfg.cold_start_batch,
+                                grad_clip=cfg.cold_start_clip,
+                                weight_decay=rt.config.optim.weight_decay,
+                                seed=rt.config.run.seed, teacher_model=rt.teacher_model,
+                                evaluate=False, dtype=rt.dtype, placement=rt.placement)
         report.update(
             train_losses=result.losses,
             heldout_nll_no_context=evaluate_nll(rt.composer, rt.model, held, False, 4,
-                                                rt.teacher_model, rt.dtype),
+                                                rt.teacher_model, rt.dtype, rt.placement),
             heldout_nll_context=evaluate_nll(rt.composer, rt.model, held, True, 4,
-                                             rt.teacher_model, rt.dtype))
+                                             rt.teacher_model, rt.dtype, rt.placement))
     rt.composer.save(phi0)
     (rt.out / "coldstart.json").write_text(json.dumps(report, indent=2))
     return report
@@ -483,8 +521,10 @@ def cold_start_examples(rt: Runtime) -> list:
     by_id = {t.id: t for t in rt.train_tasks}
     tasks = [by_id[r.task_id] for r in rows if r.task_id in by_id]
     found = rt.retriever.retrieve([(t.id, t.prompt) for t in tasks], j=cfg.num_experiences)
+    text = rt.provider.experience_text if rt.provider is not None else (
+        lambda e: e.trace[:cfg.experience_chars])
     return [
         ColdStartExample(reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps),
-                         t.prompt, [e.trace[:cfg.experience_chars] for e in exps])
+                         t.prompt, [text(e) for e in exps])
         for t, exps in zip(tasks, found) if exps
     ]

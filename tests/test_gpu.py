@@ -53,12 +53,12 @@ def test_resume_on_the_gpu_repeats_the_run_when_deterministic(tmp_path):
 
 
 def test_sft_and_eval_on_the_gpu(tmp_path):
-    from lopd.evaluate import run_eval
+    from lopd.evaluate import EvalSpec, run_eval
     from lopd.sft import run_sft
 
     adapter = run_sft(model="tiny-random", out_dir=str(tmp_path / "sft"), steps=2, n_tasks=8,
                       threads=1, device="cuda")
-    results = run_eval("tiny-random", ["toolworld-test"], limit=2, out_dir=str(tmp_path / "eval"),
-                       adapter=str(adapter), threads=1, device="cuda", max_new_tokens=8,
-                       max_steps=2)
+    results = run_eval(EvalSpec("tiny-random", ["toolworld-test"], limit=2,
+                                out_dir=str(tmp_path / "eval"), adapter=str(adapter), threads=1,
+                                device="cuda", max_new_tokens=8, max_steps=2))
     assert results["toolworld-test"]["n"] == 2
