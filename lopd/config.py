@@ -233,6 +233,11 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
     if isinstance(current, float):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ConfigError(f"{name} must be a number, got {value!r}")
     if isinstance(current, str):
         return str(value).lower() if isinstance(value, bool) else str(value)
