@@ -12,13 +12,6 @@ from lopd.losses import latent_anchor
 from lopd.teacher import apply_splice, plan_splice
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from lopd.models import load_model
-
-    return load_model("tiny-random")
-
-
 def _reference_batch(tokenizer, n=1):
     from lopd.chat import ChatRenderer
     from lopd.envs import load_suite
@@ -89,7 +82,7 @@ def _compressor(block, layers, scale="embedding_norm"):
 def test_shared_compressor_holds_one_blocks_parameters_applied_n_times():
     one, eight = _compressor("shared", 1), _compressor("shared", 8)
     independent = _compressor("independent", 8)
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())
     assert len(eight.blocks) == 1 and count(eight) == count(one)
     assert count(independent) > 7 * count(eight.blocks[0])
     eight.load_state_dict(one.state_dict())
@@ -217,3 +210,18 @@ def test_parity_fields_are_validated(field, value):
 
     with pytest.raises(ConfigError, match=field):
         load_config(None, [f"{field}={value}"])
+
+
+def test_reference_preset_loads_with_the_authors_choices():
+    from pathlib import Path
+
+    from lopd.config import load_config
+
+    config = load_config(Path(__file__).parent.parent / "configs" / "qwen3-4b-reference.yaml")
+    m = config.method
+    assert (m.latent_placement, m.latent_scale, m.compressor, m.anchor_reduction) == (
+        "framed", "layernorm", "shared", "mean")
+    assert (config.model.student, config.optim.tasks_per_step, config.optim.group_size) == (
+        "full", 32, 1)
+    assert (config.rollout.temperature, config.rollout.top_p, config.rollout.top_k) == (
+        0.7, 0.95, 20)
