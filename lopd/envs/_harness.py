@@ -1,162 +1,107 @@
-"""The program that runs inside the sandbox (executed as ``python -I -c <this source>``).
+"""The program that runs inside the sandbox (executed as ``python -I -c <source>``).
 
-It is kept as a separate module so it can be read, linted and tested, but it is never imported
-by the parent: ``lopd.envs.sandbox`` passes its *source* to the child interpreter. It must only
-use the standard library and must work on Python 3.9+ (the sandbox may use a system Python).
+Never imported by the parent: ``lopd.envs.sandbox`` sends the source of ``plaindata.py``,
+``_confine.py`` and this file, joined, to a fresh interpreter. Standard library only,
+Python 3.9 syntax.
 
 Order of operations (all before any candidate code is read):
-1. read the payload (JSON, one line) from stdin; it holds the nonce, limits and the code;
-2. isolate itself, best effort, recording which layers applied: a new network namespace and a
-   new mount namespace in which every mount is re-mounted read-only except the working
-   directory (root only), resource limits, then a switch to an unprivileged uid/gid;
-3. install an audit hook that refuses sockets and writes outside the working directory
-   (a second layer that also works where namespaces are unavailable);
-4. exec the candidate code in a fresh namespace, then the setup, then each test separately,
-   reporting one ``<nonce> <json>`` line per test on a private result fd. The candidate never
-   sees the nonce (it only lived in this function's locals and stdin is already drained), so
-   it cannot forge a passing line by printing.
+1. read the payload (JSON, one line) from stdin, then point stdin at ``/dev/null``;
+2. ``confine(cfg)`` (``_confine.py``) and report which layers took effect;
+3. exec the candidate code (then the optional setup) in a fresh namespace;
+4. in ``calls`` mode, call the entry point on each input and report what it returned, as
+   plain data (``plaindata.encode``); in ``tests`` mode, exec each test snippet and report
+   whether it raised.
+
+Everything this process writes is only a claim by the candidate, who shares the process and
+can write anything on the result descriptor: the parent trusts none of it. In ``calls`` mode
+that costs nothing, since a reported value is compared outside this process against expected
+values it never sees; ``tests`` mode is kept for containment checks, not for scoring.
 """
 
-import ctypes
 import json
 import os
-import resource
 import signal
 import sys
 
-CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
-MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_PATH_EVENTS = {
-    "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1,
-    "os.truncate": 1, "shutil.rmtree": 1, "os.rename": 2, "os.symlink": 2, "os.link": 2,
-}
+if __package__:  # imported for reading or linting; in the sandbox these arrive as source
+    from lopd.envs._confine import SANDBOX_DIR, confine
+    from lopd.envs.plaindata import decode, encode
 
-
-def _mount_readonly(libc, workdir):
-    """New mount namespace; everything read-only except ``workdir`` (bind-mounted on itself)."""
-    if libc.unshare(CLONE_NEWNS) != 0:
-        return False
-    libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
-    wd = workdir.encode()
-    if libc.mount(wd, wd, None, MS_BIND, None) != 0:
-        return False
-    libc.mount(None, wd, None, MS_BIND | MS_REMOUNT | MS_NOSUID, None)
-    with open("/proc/self/mountinfo") as handle:
-        points = [line.split()[4] for line in handle]
-    root_ok = False
-    for point in points:
-        if point == workdir:
-            continue
-        flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID
-        done = libc.mount(None, point.encode(), None, flags, None) == 0
-        root_ok = root_ok or (done and point == "/")
-    os.chdir(workdir)  # re-enter through the writable bind mount
-    return root_ok
-
-
-def _isolate(cfg):
-    layers = []
-    libc = ctypes.CDLL(None, use_errno=True)
-    if os.geteuid() == 0:
-        if libc.unshare(CLONE_NEWNET) == 0:
-            layers.append("netns")
-        if _mount_readonly(libc, cfg["workdir"]):
-            layers.append("readonly-fs")
-    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-        layers.append("netns")
-    mb = 1024 * 1024
-    limits = {
-        resource.RLIMIT_CPU: cfg["cpu_s"],
-        resource.RLIMIT_AS: cfg["memory_mb"] * mb,
-        resource.RLIMIT_FSIZE: cfg["max_file_mb"] * mb,
-        resource.RLIMIT_NPROC: cfg["max_procs"],
-        resource.RLIMIT_CORE: 0,
-        resource.RLIMIT_NOFILE: 256,
-    }
-    for kind, value in limits.items():
-        try:
-            resource.setrlimit(kind, (value, value))
-        except (ValueError, OSError):
-            pass
-    layers.append("rlimits")
-    uid = cfg.get("uid")
-    if uid is not None and os.geteuid() == 0:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        layers.append("uid")
-    return layers
-
-
-def _install_guard(workdir):
-    """Audit hook: no sockets, no writes outside the working directory."""
-    root = os.path.realpath(workdir)
-    realpath, fspath, sep = os.path.realpath, os.fspath, os.sep
-
-    def inside(path):
-        try:
-            full = realpath(fspath(path))
-        except (TypeError, ValueError):
-            return isinstance(path, int)  # an fd: already opened
-        return full == root or full.startswith(root + sep)
-
-    def hook(event, args):
-        if event.startswith("socket."):
-            raise PermissionError("network access is disabled in the sandbox")
-        if event == "open" and len(args) >= 3:
-            path, mode, flags = args[0], args[1], args[2]
-            writing = bool(flags & _WRITE_FLAGS) if isinstance(flags, int) else False
-            writing = writing or (isinstance(mode, str) and any(c in mode for c in "wax+"))
-            if writing and not inside(path):
-                raise PermissionError(f"writing outside the sandbox directory: {path!r}")
-        elif event in _PATH_EVENTS:
-            for path in args[: _PATH_EVENTS[event]]:
-                if not inside(path):
-                    raise PermissionError(f"{event} outside the sandbox directory: {path!r}")
-
-    sys.addaudithook(hook)
+_TIMEOUT_MESSAGE = "call timed out"
 
 
 def _on_alarm(signum, frame):
-    raise TimeoutError("test timed out")
+    raise TimeoutError(_TIMEOUT_MESSAGE)
+
+
+def _limited(fn, seconds):
+    """Run ``fn()`` under a wall-clock alarm; returns (value, error text or None)."""
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        value = fn()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return value, None
+    except BaseException as err:  # noqa: BLE001 - any failure of the candidate is a result
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return None, f"{type(err).__name__}: {err}"[:300]
+
+
+def _call_entry(namespace, entry_point, call):
+    args, kwargs = decode(call)
+    return encode(namespace[entry_point](*args, **kwargs))
+
+
+def _run_calls(cfg, namespace, report):
+    for index, call in enumerate(cfg["calls"]):
+        value, error = _limited(lambda call=call: _call_entry(namespace, cfg["entry_point"], call),
+                                cfg["per_test_timeout_s"])
+        if error is None:
+            report({"call": index, "value": value})
+        else:
+            report({"call": index, "error": error})
+            if cfg.get("stop_on_error"):
+                break
+
+
+def _run_tests(cfg, namespace, report):
+    for index, test in enumerate(cfg["tests"]):
+        code = compile(test, f"<test {index}>", "exec")
+        _, error = _limited(lambda code=code: exec(code, namespace),  # noqa: S102
+                            cfg["per_test_timeout_s"])
+        report({"test": index, "ok": error is None, "error": error or ""})
+
+
+def _load(cfg, namespace):
+    exec(compile(cfg["code"], "<candidate>", "exec"), namespace)  # noqa: S102 - sandboxed
+    if cfg.get("setup"):
+        exec(compile(cfg["setup"], "<setup>", "exec"), namespace)  # noqa: S102
 
 
 def _main():
     cfg = json.loads(sys.stdin.readline())
-    nonce, fd = cfg.pop("nonce"), cfg.pop("result_fd")
-    out = os.fdopen(fd, "w")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    nonce, out = cfg.pop("nonce"), os.fdopen(cfg.pop("result_fd"), "w")
 
     def report(record):
         out.write(nonce + " " + json.dumps(record) + "\n")
         out.flush()
 
     os.chdir(cfg["workdir"])
-    report({"isolation": _isolate(cfg)})
-    code, setup, tests = cfg.pop("code"), cfg.pop("setup"), cfg.pop("tests")
-    per_test_s = cfg["per_test_timeout_s"]
-    _install_guard(cfg["workdir"])
+    report({"isolation": confine(cfg)})
+    if os.getcwd() == SANDBOX_DIR:
+        os.environ.update(HOME=SANDBOX_DIR, TMPDIR=SANDBOX_DIR)
     signal.signal(signal.SIGALRM, _on_alarm)
     namespace = {"__name__": "__candidate__", "__builtins__": __builtins__}
-    try:
-        signal.setitimer(signal.ITIMER_REAL, per_test_s)
-        exec(compile(code, "<candidate>", "exec"), namespace)  # noqa: S102 - sandboxed
-        if setup:
-            exec(compile(setup, "<setup>", "exec"), namespace)  # noqa: S102
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    except BaseException as err:  # noqa: BLE001 - any failure of the candidate is a result
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        report({"load_error": f"{type(err).__name__}: {err}"[:500]})
+    _, error = _limited(lambda: _load(cfg, namespace), cfg["per_test_timeout_s"])
+    if error is not None:
+        report({"load_error": error[:500]})
         return
-    for index, test in enumerate(tests):
-        try:
-            signal.setitimer(signal.ITIMER_REAL, per_test_s)
-            exec(compile(test, f"<test {index}>", "exec"), namespace)  # noqa: S102
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            report({"test": index, "ok": True})
-        except BaseException as err:  # noqa: BLE001
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            report({"test": index, "ok": False, "error": f"{type(err).__name__}: {err}"[:300]})
+    if cfg["mode"] == "calls":
+        _run_calls(cfg, namespace, report)
+    else:
+        _run_tests(cfg, namespace, report)
     report({"done": True})
 
 

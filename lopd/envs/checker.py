@@ -1,0 +1,140 @@
+"""HumanEval's check functions, run outside the sandbox on plain data only.
+
+HumanEval tests are ``check(candidate)`` functions full of ``assert candidate(...) == ...``.
+Running them next to the candidate lets the candidate forge the verdict, so they run here, in
+a separate trusted interpreter that never sees candidate code:
+
+1. ``record_calls``: once per problem, ``check`` runs on the canonical solution wrapped in a
+   recorder; the result is the list of inputs ``[args, kwargs]`` it calls the function with
+   (plain data, ``lopd.envs.plaindata``).
+2. The candidate runs in the sandbox on those inputs (``sandbox.call_sandboxed``); only the
+   returned values come back, as plain data.
+3. ``check_outputs``: ``check`` runs again on a replayer that answers call ``i`` with the
+   candidate's value ``i`` (rebuilt from plain data, so no custom ``__eq__``); a call that was
+   not recorded, or that the candidate failed, is an assertion failure.
+
+The check keeps HumanEval's own comparisons (tolerances, ``poly(coeffs, root)`` ...). Its
+module-level ``random`` is seeded and string hashing fixed (``PYTHONHASHSEED=0``) so recording
+and replay make the same calls. The problem's prompt runs first, so helpers it defines
+(``poly``, ``encode_cyclic``) are the trusted ones, not the candidate's; the function's own
+name is bound to the recorder or replayer, since a few checks call it by name (as in
+HumanEval, where that name is the candidate). The child process has
+CPU, memory and wall-clock limits; every failure is returned as ``(False, reason)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+from lopd.envs.cleanup import remove_tree
+from lopd.envs.plaindata import decode, encode, loads_json
+
+_MARK = "lopd-check "
+
+
+class _Replay:
+    def __init__(self, calls, outputs):
+        self.calls, self.outputs, self.count = calls, outputs, 0
+
+    def __call__(self, *args, **kwargs):
+        index, self.count = self.count, self.count + 1
+        if index >= len(self.calls) or encode([list(args), kwargs]) != self.calls[index]:
+            raise AssertionError(f"call {index} was not made by the reference run")
+        output = self.outputs[index] if index < len(self.outputs) else None
+        if type(output) is not list or len(output) != 1:
+            raise AssertionError(f"the candidate returned no value for call {index}")
+        return decode(output[0])
+
+
+class _Recorder:
+    def __init__(self, function):
+        self.function, self.calls = function, []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(encode([list(args), kwargs]))
+        return self.function(*args, **kwargs)
+
+
+def _child(job: dict) -> dict:
+    """Runs in the checker process: record the reference's calls, or replay outputs."""
+    import random
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    resource.setrlimit(resource.RLIMIT_CPU, (job["cpu_s"], job["cpu_s"]))
+    namespace: dict = {"__name__": "__check__"}
+    exec(compile(job["prompt"], "<prompt>", "exec"), namespace)  # noqa: S102 - trusted
+    exec(compile(job["test"], "<test>", "exec"), namespace)  # noqa: S102 - trusted test code
+    if job["mode"] == "record":
+        reference: dict = {"__name__": "__reference__"}
+        exec(compile(job["prompt"] + job["solution"], "<reference>", "exec"), reference)  # noqa: S102
+        target = _Recorder(reference[job["entry_point"]])
+    else:
+        target = _Replay(job["calls"], job["outputs"])
+    namespace[job["entry_point"]] = target  # some checks call the function by its name
+    random.seed(0)
+    try:
+        namespace["check"](target)
+    except BaseException as err:  # noqa: BLE001 - the verdict, whatever was raised
+        return {"ok": False, "error": f"{type(err).__name__}: {err}"[:300]}
+    return {"ok": True, "calls": getattr(target, "calls", [])}
+
+
+def _run_child(job: dict, timeout_s: float) -> dict:
+    workdir = tempfile.mkdtemp(prefix="lopd-check-")
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    job = {**job, "cpu_s": max(1, int(timeout_s))}
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-s", "-B", "-m", "lopd.envs.checker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=workdir, env=env,
+            start_new_session=True, text=True,
+        )
+        try:
+            out, _ = proc.communicate(json.dumps(job), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": "the check timed out"}
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        lines = [line for line in out.splitlines() if line.startswith(_MARK)]
+        verdict = loads_json(lines[-1][len(_MARK):]) if lines else None
+    except (OSError, ValueError) as err:
+        return {"ok": False, "error": f"the check could not run: {err}"}
+    finally:
+        remove_tree(workdir)
+    if not isinstance(verdict, dict):
+        return {"ok": False, "error": "the check gave no verdict"}
+    return verdict
+
+
+def record_calls(prompt: str, solution: str, test: str, entry_point: str,
+                 timeout_s: float = 60.0) -> list:
+    """The inputs ``check`` gives the reference solution, as plain data; raises if it fails."""
+    verdict = _run_child({"mode": "record", "prompt": prompt, "solution": solution,
+                          "test": test, "entry_point": entry_point}, timeout_s)
+    if not verdict.get("ok") or not isinstance(verdict.get("calls"), list):
+        raise RuntimeError(f"the reference solution fails its check: {verdict.get('error')}")
+    return verdict["calls"]
+
+
+def check_outputs(prompt: str, test: str, entry_point: str, calls: list, outputs: list,
+                  timeout_s: float = 10.0) -> tuple[bool, str]:
+    """Replay the candidate's outputs through ``check``: ``outputs[i]`` is ``[value]`` (the
+    tagged plain-data form) for a call that returned, anything else for one that did not."""
+    verdict = _run_child({"mode": "check", "prompt": prompt, "test": test, "calls": calls,
+                          "outputs": outputs, "entry_point": entry_point}, timeout_s)
+    return verdict.get("ok") is True, str(verdict.get("error", ""))
+
+
+if __name__ == "__main__":
+    _verdict = _child(json.loads(sys.stdin.read()))
+    sys.stdout.write("\n" + _MARK + json.dumps(_verdict) + "\n")
