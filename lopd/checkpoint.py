@@ -1,15 +1,18 @@
 """Atomic checkpoints with keep-last-N, and export of the deployable student.
 
 A checkpoint is a directory ``RUN/checkpoints/step-NNNNNN`` holding one entry per part
-(``student/`` as a PEFT adapter or full HF directory, ``composer.pt``, ``optim.pt``,
-``state.json``, ``rng.pt``, ``config.yaml``). It is written under a temporary name and renamed
-into place only when complete, so a run killed mid-write never leaves a checkpoint that looks
-valid; resume picks the newest complete one. The experience bank is already persistent
-(SQLite) and is not copied.
+(``student/`` as a PEFT adapter or full HF directory, ``composer/``, ``optim.pt``,
+``state.json``, ``rng.pt``, ``config.yaml``). It is written under a temporary name, every file
+is flushed to disk, and it is renamed into place only when complete (``lopd.atomic``), so a
+run killed mid-write never leaves a checkpoint that looks valid. Its ``COMPLETE`` marker lists
+every file with its size: a checkpoint damaged later (a file missing or truncated) is
+recognised (``checkpoint_problem``) and skipped, and resume picks the newest intact one. The
+experience bank is already persistent (SQLite) and is not copied.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from collections.abc import Callable
@@ -19,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lopd.atomic import remove_temporaries, replace_dir
+
 _PREFIX = "step-"
 _DONE = "COMPLETE"
 
@@ -27,32 +32,73 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def _manifest(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` (relative path -> size in bytes)."""
+    return {str(p.relative_to(folder)): p.stat().st_size
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def save_checkpoint(run_dir: str | Path, step: int, parts: dict[str, Callable[[Path], None]],
                     keep: int = 2) -> Path:
     """Write every part (``writer(path)``) into a new checkpoint atomically; prune old ones."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(root)  # leftovers of a write that was killed
     final = root / f"{_PREFIX}{step:06d}"
     tmp = root / f".tmp-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    for name, writer in parts.items():
-        writer(tmp / name)
-    (tmp / _DONE).write_text("ok\n")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    try:
+        for name, writer in parts.items():
+            writer(tmp / name)
+        (tmp / _DONE).write_text(json.dumps({"files": _manifest(tmp)}) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(final, tmp)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why the checkpoint at ``path`` cannot be used (None: it is complete and intact)."""
+    path = Path(path)
+    try:
+        marker = (path / _DONE).read_text()
+    except OSError:
+        return "incomplete (no COMPLETE marker)"
+    if marker.strip() == "ok":  # written before the marker listed its files
+        return None
+    try:
+        files = json.loads(marker)["files"]
+    except (ValueError, KeyError, TypeError):
+        return "damaged COMPLETE marker"
+    for name, size in files.items():
+        entry = path / name
+        if not entry.is_file():
+            return f"{name} is missing"
+        if entry.stat().st_size != size:
+            return f"{name} has {entry.stat().st_size} bytes, {size} were written"
+    return None
+
+
+def _step_of(path: Path) -> int | None:
+    suffix = path.name[len(_PREFIX):]
+    return int(suffix) if path.name.startswith(_PREFIX) and suffix.isdigit() else None
+
+
+def all_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Every ``step-N`` directory, intact or not, oldest first."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.name.startswith(_PREFIX) and (p / _DONE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX):]))
+    found = [p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None]
+    return sorted(found, key=_step_of)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete, intact checkpoints, oldest first."""
+    return [p for p in all_checkpoints(run_dir) if checkpoint_problem(p) is None]
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

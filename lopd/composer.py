@@ -336,21 +336,35 @@ class Composer(nn.Module):
                                       unexpected_keys, error_msgs)
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``composer.safetensors`` (psi + chi) and ``composer.json`` (the config)."""
+        """Write ``composer.safetensors`` (psi + chi) and ``composer.json`` (the config) into
+        ``directory`` atomically: staged under a temporary name, flushed, then renamed, so a
+        kill mid-write leaves the previous directory (or none), never a truncated file."""
         from safetensors.torch import save_file
 
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        from lopd.atomic import staged_dir
+
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(tensors, str(directory / _WEIGHTS))
-        (directory / _CONFIG).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
-        return directory
+        with staged_dir(directory) as tmp:
+            save_file(tensors, str(tmp / _WEIGHTS))
+            (tmp / _CONFIG).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
+        return Path(directory)
 
     def load(self, directory: str | Path) -> Composer:
-        """Load weights written by ``save`` into this composer (same config shape)."""
+        """Load weights written by ``save`` into this composer (same config shape). A missing
+        or unreadable weights file raises ``DamagedRunFile`` naming it."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        self.load_state_dict(load_file(str(Path(directory) / _WEIGHTS)))
+        from lopd.atomic import DamagedRunFile
+
+        path = Path(directory) / _WEIGHTS
+        try:
+            weights = load_file(str(path))
+        except FileNotFoundError:
+            raise DamagedRunFile(f"{path} is missing") from None
+        except (SafetensorError, OSError, ValueError) as error:
+            raise DamagedRunFile(f"{path} is damaged ({error})") from None
+        self.load_state_dict(weights)
         return self
 
     @classmethod

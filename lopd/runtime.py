@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from lopd import distributed
-from lopd.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from lopd.atomic import write_text
+from lopd.checkpoint import rng_state, save_checkpoint, set_rng_state
 from lopd.config import Config, ConfigError, save_config
 from lopd.contexts import LatentContextProvider, StepContext, text_context
 from lopd.models import model_device, resolve_dtype
@@ -261,19 +262,24 @@ class Runtime:
         return save_checkpoint(self.out, step, parts, keep=self.config.run.keep_checkpoints)
 
     def restore(self) -> tuple[int, int, float, list[float]]:
-        """Load the newest checkpoint; the bank forgets rows added after it."""
-        checkpoint = latest_checkpoint(self.out)
-        if checkpoint is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {self.out}/checkpoints")
-        self._load_student(checkpoint / "student")
-        if self.composer is not None:
-            self.composer.load(checkpoint / "composer")
-        optim = torch.load(checkpoint / "optim.pt", weights_only=False, map_location="cpu")
-        self.student_opt.load_state_dict(optim["student"])
-        if self.composer_opt is not None and optim["composer"] is not None:
-            self.composer_opt.load_state_dict(optim["composer"])
-        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
-        state = json.loads((checkpoint / "state.json").read_text())
+        """Load the newest intact checkpoint (a damaged one is reported in one line and the
+        one before it is used); the bank and the skills forget rows added after it."""
+        from lopd.checkpoint import all_checkpoints, checkpoint_problem
+        from lopd.run_dir import notice, one_line, unreadable_errors
+
+        for checkpoint in reversed(all_checkpoints(self.out)):
+            problem = checkpoint_problem(checkpoint)
+            if problem is None:
+                try:
+                    state = self._load_checkpoint(checkpoint)
+                    break
+                except unreadable_errors() as error:  # fall back to an older one
+                    problem = f"unreadable ({one_line(error)})"
+            notice(f"checkpoint {checkpoint} is {problem}: skipping it")
+        else:
+            raise FileNotFoundError(
+                f"--resume: no usable checkpoint under {self.out}/checkpoints; "
+                "start the run again without --resume")
         if self.bank is not None:
             self.bank.rollback_to_step(state["step"] - 1)
             self.retriever.sync()
@@ -282,23 +288,60 @@ class Runtime:
         self._trim_metrics(state["step"])
         return state["step"], state["rollouts"], state["beta"], state["beta_history"]
 
+    def _load_checkpoint(self, checkpoint: Path) -> dict:
+        """Student, composer, optimisers and RNG streams from ``checkpoint``; its state.json."""
+        state = json.loads((checkpoint / "state.json").read_text())
+        self._load_student(checkpoint / "student")
+        if self.composer is not None:
+            self.composer.load(checkpoint / "composer")
+        optim = torch.load(checkpoint / "optim.pt", weights_only=False, map_location="cpu")
+        self.student_opt.load_state_dict(optim["student"])
+        if self.composer_opt is not None and optim["composer"] is not None:
+            self.composer_opt.load_state_dict(optim["composer"])
+        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
+        return state
+
     def _trim_metrics(self, step: int) -> None:
+        """Keep the metrics logged up to the checkpoint at ``step``: training rows of earlier
+        steps and evaluations up to it (a torn last line of a killed write is dropped)."""
+        from lopd.atomic import read_complete_lines, write_text
+
         path = self.out / "metrics.jsonl"
-        if path.exists():
-            kept = [line for line in path.read_text().splitlines()
-                    if line and json.loads(line)["step"] < step]
-            path.write_text("".join(line + "\n" for line in kept))
+        if not path.exists():
+            return
+        kept = []
+        for line in read_complete_lines(path):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            is_eval = any(str(key).startswith("eval/") for key in row)
+            if row.get("step", step + 1) < step or (is_eval and row["step"] <= step):
+                kept.append(line)
+        write_text(path, "".join(line + "\n" for line in kept))
 
     def _load_student(self, directory: Path) -> None:
         if self.config.model.student == "full":
             from safetensors.torch import load_file
 
             state = {}
-            for shard in sorted(directory.glob("*.safetensors")):
+            shards = sorted(directory.glob("*.safetensors"))
+            if not shards:
+                raise FileNotFoundError(f"no *.safetensors under {directory}")
+            for shard in shards:
                 state.update(load_file(shard))
             self.model.load_state_dict(state, strict=False)
             return
         load_adapter_weights(self.model, directory, STUDENT)
+
+    def settle_modes(self) -> None:
+        """Eval mode for every module outside the training forwards (which switch to train mode
+        themselves, ``checkpointing``). Modes decide kernel paths (e.g. attention): a run that
+        skipped the cold start (resumed, or phi_0 already there) must compute exactly like one
+        that ran it, which leaves the composer in eval mode."""
+        for module in (self.model, self.teacher_model, self.composer, self.anchor_composer):
+            if module is not None:
+                module.eval()
 
     def tensorboard(self, out: Path):
         from torch.utils.tensorboard import SummaryWriter
@@ -428,7 +471,7 @@ def _attach_latent(rt: Runtime) -> None:
             seed_bank_from_file(rt, cfg.bank_file, cfg.bank_min_reward)
         elif rt.bank.count() == 0 and cfg.seed_experiences:
             seed_bank(rt, cfg.seed_experiences)
-        if not (phi0 / "composer.safetensors").exists():
+        if not (phi0 / "composer.safetensors").exists():  # lopd.run_dir.repair removed a damaged one
             run_cold_start(rt, phi0)
     distributed.barrier()
     rt.retriever.sync()
@@ -500,8 +543,9 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
                                                 rt.teacher_model, rt.dtype, rt.placement),
             heldout_nll_context=evaluate_nll(rt.composer, rt.model, held, True, 4,
                                              rt.teacher_model, rt.dtype, rt.placement))
+    # the report first, then phi_0 (each atomic): a complete phi_0 implies its report
+    write_text(rt.out / "coldstart.json", json.dumps(report, indent=2))
     rt.composer.save(phi0)
-    (rt.out / "coldstart.json").write_text(json.dumps(report, indent=2))
     return report
 
 

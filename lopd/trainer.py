@@ -14,23 +14,31 @@ into it, then pushed through the composer once (with the anchor term), so the co
 encoder runs once per step however many micro-batches there are.
 
 Randomness is derived from (seed, step): task sampling and rollout sampling depend on nothing
-else, so a resumed run repeats the uninterrupted one exactly.
+else, so a resumed run repeats the uninterrupted one exactly (bit for bit on a CPU). What a
+checkpoint does not hold is made identical instead: module train/eval modes (they select
+kernels) are settled after building and restoring, the bank is rolled back to the checkpoint's
+step, and the metrics log to it. Every run file is written atomically (``lopd.atomic``), and
+damaged parts of a run directory are repaired on start (``lopd.run_dir``).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
 import torch
 
 from lopd import distributed, losses
+from lopd.atomic import append_line, write_with
 from lopd.batch import collate
+from lopd.checkpoint import latest_checkpoint
 from lopd.config import Config, save_config
 from lopd.contexts import StepContext
 from lopd.methods import LossTerms, distill_loss, grpo_micro_loss
+from lopd.run_dir import output_dir_problem, repair, start_over
 from lopd.runtime import Runtime, build_runtime
 from lopd.types import Trajectory
 
@@ -41,20 +49,39 @@ class Trainer:
         self.config = config
         self.main = distributed.is_main()
         self.out = Path(config.run.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        if self.main:
-            save_config(config, self.out / "config.yaml")
-        self.rt: Runtime = build_runtime(config, self.out)
+        self.metrics_path = self.out / "metrics.jsonl"
         self.step = 0
         self.rollouts = 0
         self.beta = config.method.beta_init
         self.beta_history: list[float] = []
+        created = not self.out.exists()
+        try:
+            self._start(resume)
+        except Exception:
+            if created and self.main:  # a failed start leaves no run directory behind
+                shutil.rmtree(self.out, ignore_errors=True)
+            raise
+        self.writer = self.rt.tensorboard(self.out) if config.run.tensorboard and self.main else None
+
+    def _start(self, resume: bool) -> None:
+        """Check the run directory, repair or reset it, build the runtime, load the newest
+        checkpoint under ``resume``; every module then in eval mode (``settle_modes``)."""
+        problem = output_dir_problem(self.out)
+        if problem is not None:
+            raise NotADirectoryError(f"run.out_dir: {problem}; choose another run.out_dir")
+        if resume and latest_checkpoint(self.out) is None:
+            raise FileNotFoundError(f"--resume: no usable checkpoint under {self.out / 'checkpoints'}; "
+                                    "start the run again without --resume")
+        if self.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            repair(self.out)
+            if not resume:
+                start_over(self.out)
+            write_with(self.out / "config.yaml", lambda path: save_config(self.config, path))
+        self.rt: Runtime = build_runtime(self.config, self.out)
         if resume:
             self.step, self.rollouts, self.beta, self.beta_history = self.rt.restore()
-        self.metrics_path = self.out / "metrics.jsonl"
-        if self.main and not resume and self.metrics_path.exists():
-            self.metrics_path.unlink()
-        self.writer = self.rt.tensorboard(self.out) if config.run.tensorboard and self.main else None
+        self.rt.settle_modes()
 
     # -- one step ------------------------------------------------------------------------------
     def sample_tasks(self, step: int):
@@ -166,8 +193,7 @@ class Trainer:
     def log(self, metrics: dict) -> None:
         if not self.main:
             return
-        with self.metrics_path.open("a") as handle:
-            handle.write(json.dumps(metrics) + "\n")
+        append_line(self.metrics_path, json.dumps(metrics))
         if self.writer is not None:
             for key, value in metrics.items():
                 if key != "step" and isinstance(value, (int, float)):

@@ -160,7 +160,8 @@ def _metrics(path):
 
 
 def assert_resume_repeats(tmp_path, **extra):
-    """4 steps straight vs 2 steps, a "kill", ``--resume``, 2 more: the same metrics."""
+    """4 steps straight vs 2 steps, a "kill", ``--resume``, 2 more: the same metrics, bit for
+    bit on a CPU (``tests/test_resume.py`` also compares weights and optimiser states)."""
     straight = Trainer(_config(tmp_path / "a", "lopd", steps=4, **extra))
     straight.fit()
     first = Trainer(_config(tmp_path / "b", "lopd", steps=2, **extra))
@@ -172,10 +173,14 @@ def assert_resume_repeats(tmp_path, **extra):
     a = _metrics(straight.metrics_path)
     b = _metrics(resumed.metrics_path)
     assert [r["step"] for r in b] == [0, 1, 2, 3]
+    exact = extra.get("model.device") == "cpu"
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         for key in x:
-            assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), (x["step"], key)
+            if exact:
+                assert x[key] == y[key], (x["step"], key, x[key], y[key])
+            else:  # GPU kernels: deterministic mode, compared up to rounding
+                assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-9), (x["step"], key)
 
 
 def test_resume_repeats_the_uninterrupted_run(tmp_path):
