@@ -10,7 +10,14 @@ embedding space. The latent context of a task is ``c = concat_j E_j`` -> ``(J*K,
 
 Scale. Each latent vector is rescaled to the mean L2 norm of the rows of the backbone's input
 embedding matrix (``target_norm``, computed once at construction, saved with the weights), so
-the teacher sees inputs of in-distribution magnitude; only the direction is learned.
+the teacher sees inputs of in-distribution magnitude; only the direction is learned
+(``latent_scale="embedding_norm"``). ``latent_scale="layernorm"`` (the authors' code) returns
+``LayerNorm(proj(queries))`` as is.
+
+Blocks. ``block="independent"`` (default): ``n_layers`` QFormer-style blocks with their own
+weights. ``block="shared"`` (the authors' code): a Perceiver resampler, one ``ResamplerBlock``
+(the latents attend to ``[encoder states ; latents]``, then a bias-free MLP) applied
+``n_layers`` times with shared weights, queries initialised ``randn / sqrt(d)``.
 
 Batching and masks. ``compose`` encodes every (task, experience) pair of a step in one padded
 encoder forward. Tasks may have different numbers of experiences: ``J`` is the largest count,
