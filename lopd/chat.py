@@ -176,8 +176,11 @@ def _bound_problem(value: Any, spec: dict[str, Any]) -> str | None:
     return None
 
 
-def _show(value: Any) -> str:
-    return clip(repr(value), 24) if abs(value) < 10 ** 24 else f"a {len(str(abs(int(value))))}-digit number"
+def _show(value: float) -> str:
+    """A short rendering of a number (huge integers by their size: ``str`` would refuse them)."""
+    if isinstance(value, int) and abs(value) >= 10 ** 24:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return clip(repr(value), 24)
 
 
 def validate_arguments(arguments: Any, schema: ToolSchema) -> list[str]:

@@ -51,7 +51,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lopd.chat import format_tool_call, tool_system_prompt
+from lopd.chat import clip, format_tool_call, tool_system_prompt
 from lopd.envs.common import error_message, parse_in_order, tool_message
 from lopd.types import Message, ResetResult, StepResult, Task
 
@@ -252,8 +252,8 @@ _UNKNOWN_TOOL = re.compile(r"^unknown tool '(.*)' \(available: .*\)$", re.DOTALL
 def _purge(keys: list[str]) -> None:
     """Drop this episode's backend instances from the wheel's module-global cache."""
     *_, utils = _bfcl()
-    table = vars(utils)
-    for name in [k for k in table if any(k.startswith(key + "_") for key in keys)]:
+    table = vars(utils)  # copied before the scan: a finalizer may purge another episode meanwhile
+    for name in [k for k in list(table) if any(k.startswith(key + "_") for key in keys)]:
         table.pop(name, None)
 
 
@@ -300,13 +300,19 @@ class BFCLEnv:
         offered = ", ".join(t["name"] for t in self.tools)
         return f"unknown tool '{match.group(1)}' (available: {offered})"
 
-    def _call_string(self, name: str, arguments: dict[str, Any]) -> str | None:
+    def _call_string(self, name: str, arguments: dict[str, Any]) -> str:
+        """``name(k=repr(v), ...)`` for BFCL's executor, or a ``ValueError`` saying why the
+        call cannot be written as Python (never anything else is evaluated)."""
         if name not in self.methods:
-            return None
-        if not all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)
-                   for k in arguments):
-            return None
-        return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
+            raise ValueError(f"'{clip(name)}' cannot be executed")
+        bad = [clip(str(k)) for k in arguments
+               if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k))]
+        if bad:
+            raise ValueError(f"{name}: argument names must be Python identifiers, got {bad}")
+        try:
+            return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
+        except (ValueError, RecursionError) as err:
+            raise ValueError(f"{name}: an argument cannot be written as Python ({err})") from None
 
     def _execute(self, calls: list[str]) -> list[str]:
         *_, utils = _bfcl()
@@ -326,9 +332,10 @@ class BFCLEnv:
             if isinstance(item, str):
                 slots.append(error_message(self._hide_held_out(item)))
                 continue
-            call = self._call_string(item.name, item.arguments)
-            if call is None:
-                slots.append(error_message(f"'{item.name}' cannot be called with these arguments"))
+            try:
+                call = self._call_string(item.name, item.arguments)
+            except ValueError as err:
+                slots.append(error_message(str(err)))
                 continue
             slots.append(None)
             calls.append(call)

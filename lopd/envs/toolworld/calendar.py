@@ -35,7 +35,7 @@ _TITLES = [
 _DAY_START, _DAY_END = 9 * 60, 17 * 60
 _LAST_MINUTE = 24 * 60 - 1  # 23:59: an event starts and ends within its day
 _ID = Param("string", "Event id, e.g. 'EV-101'.")
-_DATE = Param("string", "Date as YYYY-MM-DD.", max_length=10)
+_DATE = Param("string", "Date as YYYY-MM-DD.")
 _TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 _DATE_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
