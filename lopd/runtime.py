@@ -403,11 +403,12 @@ def _build_model(config: Config):
 def build_runtime(config: Config, out: Path) -> Runtime:
     """Load the model, tasks, and the method's extra parts (composer, bank, skills, demos)."""
     from lopd.chat import ChatRenderer
-    from lopd.envs import load_suite
+    from lopd.envs import check_references, load_suite
     from lopd.framing import LatentPlacement
 
     model, tokenizer, teacher = _build_model(config)
     train_tasks = load_suite(config.data.train_suite, n=config.data.max_train_tasks or None)
+    check_references(config.method.name, train_tasks, config.data.train_suite)
     eval_tasks = load_suite(config.data.eval_suite, n=config.data.eval_tasks or None)
     rt = Runtime(config, out, model, tokenizer, ChatRenderer(tokenizer), train_tasks, eval_tasks,
                  teacher_model=teacher,

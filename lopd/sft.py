@@ -82,8 +82,15 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     student = add_adapter(base, "default", LoraSpec(r=lora_r, alpha=2 * lora_r))
     renderer = ChatRenderer(tokenizer)
     tasks = [t for t in load_suite(suite, n=n_tasks) if t.reference]
+    if not tasks:
+        raise ValueError(f"lopd sft needs reference solutions, and no task of suite {suite!r} "
+                         "has one; add 'reference' to the tasks (see lopd.envs.taskfile)")
     data = [reference_trajectory(t, renderer) for t in tasks]
     data = [t for t in data if t.success]
+    if not data:
+        raise ValueError(f"lopd sft: none of the {len(tasks)} reference solutions of suite "
+                         f"{suite!r} succeeds when replayed (e.g. task {tasks[0].id!r}); check "
+                         "the references against the tasks' checks")
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr)
     rng = random.Random(seed)

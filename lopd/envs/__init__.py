@@ -1,13 +1,24 @@
-"""Environments: ToolWorld (generated tool-use domains), Python coding, HumanEval, BFCL.
+"""Environments: ToolWorld (generated tool-use domains), Python coding, HumanEval, BFCL, and
+the user's own (plugins, Python tool sets, task files).
 
 Every environment follows ``lopd.types.Env``: ``reset() -> ResetResult`` (system + user
 messages and the tool schemas) and ``step(assistant_text) -> StepResult``; malformed output
 never raises. ``make_env`` picks the environment from ``task.metadata["env"]`` (or
-``task.domain``); ``load_suite`` names the task suites used by training and evaluation.
-Imports are light: the sandbox, HumanEval and BFCL modules load on first use.
+``task.domain``); ``load_suite`` names the task suites used by training and evaluation:
+
+- a built-in name (``SUITES``);
+- ``module:factory`` (or ``file.py:factory``, ``module:factory:ARG``): a plugin suite from the
+  user's code (``lopd.envs.plugins``);
+- ``path/to/tasks.jsonl``: a task file (``lopd.envs.taskfile``), whose tasks name their tool set
+  (``lopd.envs.function_env``) or environment maker by import path.
+
+Imports are light: the sandbox, HumanEval, BFCL and plugin modules load on first use.
 """
 
 from __future__ import annotations
+
+import copy
+from dataclasses import replace
 
 from lopd.types import Env, Task
 
@@ -32,6 +43,8 @@ def make_env(task: Task, seed: int = 0, max_steps: int = 30) -> Env:
         from lopd.envs.bfcl import BFCLEnv
 
         return BFCLEnv(task, seed=seed, max_steps=max_steps)
+    if kind in ("function", "plugin", "custom"):
+        return _user_env(kind, task, seed, max_steps)
     raise ValueError(f"no environment for task {task.id!r} (env={kind!r})")
 
 
@@ -57,7 +70,68 @@ def load_suite(name: str, n: int | None = None) -> list[Task]:
 
         category = name.removeprefix("bfcl-")
         return load_bfcl_tasks(CATEGORIES if category == "multi-turn" else [category], n=n)
-    raise ValueError(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
+    if name.endswith(".jsonl"):
+        from lopd.envs.taskfile import read_task_file
+
+        return read_task_file(name, n=n)
+    if ":" in name:
+        from lopd.envs.plugins import load_plugin
+
+        tasks = load_plugin(name).tasks
+        return [replace(t, tools=copy.deepcopy(t.tools), metadata=copy.deepcopy(t.metadata))
+                for t in (tasks[:n] if n is not None else tasks)]
+    raise ValueError(f"unknown suite {name!r}; {SUITE_FORMS}")
 
 
-__all__ = ["SUITES", "load_suite", "make_env"]
+SUITE_FORMS = (f"choose from {', '.join(SUITES)}, a task file (path/to/tasks.jsonl) or a "
+               "plugin (module:factory or file.py:factory)")
+
+
+def suite_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a suite (None when it can). Task files and plugins are loaded
+    (and cached) to check them, so a bad one is reported before any model loads."""
+    if name in SUITES:
+        return None
+    if name.endswith(".jsonl") or ":" in name:
+        try:
+            load_suite(name)
+        except (ValueError, TypeError) as error:
+            return str(error)
+        return None
+    return f"unknown suite {name!r}; {SUITE_FORMS}"
+
+
+REFERENCE_METHODS = {"sdft": "its demonstrations", "opsd": "the teacher's oracle answer"}
+
+
+def check_references(method: str, tasks: list[Task], suite: str) -> None:
+    """Methods that read ``task.reference`` for every task (SDFT, OPSD) need one on each:
+    raise ``ValueError`` naming the method and the first task without one."""
+    if method not in REFERENCE_METHODS:
+        return
+    missing = [t.id for t in tasks if not t.reference]
+    if missing:
+        raise ValueError(
+            f"method {method} needs a reference solution for every training task "
+            f"({REFERENCE_METHODS[method]}), but task {missing[0]!r} of suite {suite!r} has none "
+            f"({len(missing)} of {len(tasks)} lack one); add 'reference' to them or use "
+            "lopd, grpo, sdpo or skill-sd")
+
+
+def _user_env(kind: str, task: Task, seed: int, max_steps: int) -> Env:
+    """Environments of the user's code: a tool set, a plugin suite, or an env maker."""
+    from lopd.envs.plugins import PluginSuite, build_env, load_plugin, resolve
+
+    if kind == "function":
+        from lopd.envs.function_env import FunctionEnv
+
+        return FunctionEnv(task, resolve(task.metadata["toolset"]), seed=seed,
+                           max_steps=max_steps)
+    if kind == "plugin":
+        name = task.metadata["plugin"]
+        return build_env(load_plugin(name), name, task, seed, max_steps)
+    ref = task.metadata["env_maker"]
+    return build_env(PluginSuite([], resolve(ref)), ref, task, seed, max_steps)
+
+
+__all__ = ["SUITES", "check_references", "load_suite", "make_env", "suite_problem"]

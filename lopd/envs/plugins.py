@@ -1,0 +1,273 @@
+"""Environment plugins: task suites and environments from the user's code, by import path.
+
+A suite named ``module:factory`` (or ``path/to/file.py:factory``; ``module:factory:ARG`` calls
+``factory("ARG")``, e.g. one factory for ``:train`` and ``:test``) is loaded by importing the
+module and calling the factory, which returns one of:
+
+- ``PluginSuite(tasks, make_env)``, or the pair ``(tasks, make_env)``: ``make_env(task, seed=,
+  max_steps=)`` builds one episode (an object with ``task``, ``reset()`` and ``step(text)``,
+  the ``lopd.types.Env`` protocol; a maker taking fewer keywords gets only those);
+- a list of tasks alone, when they run on an environment lopd knows (e.g. built with
+  ``lopd.envs.function_env.tool_task``).
+
+Tasks are ``lopd.types.Task`` records or task-file rows (dicts, ``lopd.envs.taskfile``).
+Loading checks all of it: the module imports, the factory returns the right types, task ids
+are unique, and the first task's environment resets to a ``ResetResult``. Any problem is a
+``PluginError`` (a ``ValueError``; ``PluginTypeError`` is also a ``TypeError``) with a one-line
+message naming the plugin. The environments are wrapped (``CheckedEnv``) so that a malformed
+answer of the user's environment (wrong result type, a reward outside [0, 1], an exception)
+stops the run with such a message rather than deep inside training; when an episode ends
+without ``info["success"]``, success is ``reward >= 1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lopd.chat import clip
+from lopd.types import Env, ResetResult, StepResult, Task
+
+
+class PluginError(ValueError):
+    """A plugin that cannot be imported or used (one-line message naming it)."""
+
+
+class PluginTypeError(PluginError, TypeError):
+    """A plugin that returned or built something of the wrong type."""
+
+
+@dataclass
+class PluginSuite:
+    """What a suite factory returns: its tasks and the maker of one episode's environment."""
+
+    tasks: list[Task]
+    make_env: Callable[..., Env] | None = None
+
+
+def is_plugin_name(name: str) -> bool:
+    """``module:attr`` or ``file.py:attr`` (a built-in suite name has no colon)."""
+    head, _, tail = name.partition(":")
+    return bool(head) and bool(tail)
+
+
+def _why(error: BaseException) -> str:
+    return clip(" ".join(f"{type(error).__name__}: {error}".split()), 300)
+
+
+def _import_file(path: Path, ref: str) -> Any:
+    if not path.is_file():
+        raise PluginError(f"plugin {ref!r}: no file {path}")
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+    name = f"lopd_plugin_{path.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[name]
+        raise PluginError(f"plugin {ref!r}: importing {path} failed ({_why(error)})") from error
+    return module
+
+
+def _import_module(name: str, ref: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        cwd = str(Path.cwd())
+        if name.split(".")[0] == missing.split(".")[0] and cwd not in sys.path:
+            sys.path.insert(0, cwd)  # as `python -m` would: modules of the working directory
+            return _import_module(name, ref)
+        raise PluginError(f"plugin {ref!r}: cannot import {name!r} ({_why(error)}); run from "
+                          "the directory that holds it or install it") from error
+    except Exception as error:
+        raise PluginError(f"plugin {ref!r}: importing {name!r} failed ({_why(error)})") from error
+
+
+def resolve(ref: str, base_dir: Path | None = None) -> Any:
+    """The object at ``module:attr`` or ``file.py:attr`` (``attr`` may be dotted); a relative
+    file path is read from ``base_dir`` (default: the working directory)."""
+    module_part, _, attr = ref.partition(":")
+    if not module_part or not attr:
+        raise PluginError(f"plugin {ref!r}: expected 'module:name' or 'file.py:name'")
+    if module_part.endswith(".py") or "/" in module_part:
+        path = Path(module_part).expanduser()
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        module = _import_file(path.resolve(), ref)
+    else:
+        module = _import_module(module_part, ref)
+    found: Any = module
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise PluginError(f"plugin {ref!r}: {module_part} has no attribute {attr!r}")
+        found = getattr(found, part)
+    return found
+
+
+def _as_tasks(raw: Any, name: str) -> list[Task]:
+    from lopd.envs.taskfile import task_from_row
+
+    if isinstance(raw, (str, bytes, dict)) or not hasattr(raw, "__iter__"):
+        raise PluginTypeError(f"plugin {name!r}: tasks must be a list of Task (or task rows), "
+                              f"got {type(raw).__name__}")
+    tasks = []
+    for index, item in enumerate(raw):
+        if isinstance(item, dict):
+            item = task_from_row(item, where=f"plugin {name!r}, task {index}")
+        if not isinstance(item, Task):
+            raise PluginTypeError(f"plugin {name!r}: task {index} is a {type(item).__name__}, "
+                                  "not a lopd.types.Task or a task row (dict)")
+        tasks.append(item)
+    if not tasks:
+        raise PluginError(f"plugin {name!r}: the factory returned no tasks")
+    seen: set[str] = set()
+    for task in tasks:
+        if task.id in seen:
+            raise PluginError(f"plugin {name!r}: task id {task.id!r} appears twice")
+        seen.add(task.id)
+    return tasks
+
+
+def _unpack(result: Any, name: str) -> tuple[Any, Any]:
+    if isinstance(result, PluginSuite):
+        return result.tasks, result.make_env
+    if isinstance(result, tuple) and len(result) == 2 and (result[1] is None or callable(result[1])):
+        return result
+    if isinstance(result, (list, tuple)):
+        return result, None
+    raise PluginTypeError(f"plugin {name!r}: the factory returned a {type(result).__name__}; "
+                          "return PluginSuite(tasks, make_env), (tasks, make_env) or a list of "
+                          "tasks")
+
+
+@lru_cache(maxsize=32)
+def load_plugin(name: str) -> PluginSuite:
+    """Import, call and check the suite factory ``name`` (see the module docstring); cached,
+    so every environment of the suite comes from one import."""
+    ref, _, argument = name.partition(":")
+    ref = f"{ref}:{argument.split(':', 1)[0]}"
+    call_args = [argument.split(":", 1)[1]] if ":" in argument else []
+    factory = resolve(ref)
+    if not callable(factory):
+        raise PluginTypeError(f"plugin {name!r}: {ref} is a {type(factory).__name__}, not a "
+                              "callable factory")
+    try:
+        result = factory(*call_args)
+    except Exception as error:
+        raise PluginError(f"plugin {name!r}: the factory failed ({_why(error)})") from error
+    raw_tasks, maker = _unpack(result, name)
+    if maker is not None and not callable(maker):
+        raise PluginTypeError(f"plugin {name!r}: make_env is a {type(maker).__name__}, not "
+                              "callable")
+    tasks = [replace(t, metadata={**t.metadata, "env": "plugin", "plugin": name})
+             if maker is not None else t for t in _as_tasks(raw_tasks, name)]
+    suite = PluginSuite(tasks, maker)
+    try:  # the first task's environment must build and reset
+        if maker is not None:
+            build_env(suite, name, tasks[0], seed=0, max_steps=2).reset()
+        else:
+            from lopd.envs import make_env
+
+            make_env(tasks[0], seed=0, max_steps=2).reset()
+    except PluginError:
+        raise
+    except Exception as error:
+        raise PluginError(f"plugin {name!r}: the environment of task {tasks[0].id!r} failed "
+                          f"({_why(error)})") from error
+    return suite
+
+
+def _call_maker(maker: Callable[..., Any], task: Task, seed: int, max_steps: int) -> Any:
+    try:
+        accepted = inspect.signature(maker).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+    extra = {k: v for k, v in (("seed", seed), ("max_steps", max_steps))
+             if takes_all or k in accepted}
+    return maker(task, **extra)
+
+
+def build_env(suite: PluginSuite, name: str, task: Task, seed: int, max_steps: int) -> Env:
+    """One checked environment of ``task`` from the suite's maker."""
+    try:
+        env = _call_maker(suite.make_env, task, seed, max_steps)
+    except PluginError:
+        raise
+    except Exception as error:
+        raise PluginError(f"plugin {name!r}: make_env failed for task {task.id!r} "
+                          f"({_why(error)})") from error
+    missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
+    if missing:
+        raise PluginTypeError(f"plugin {name!r}: make_env returned a {type(env).__name__} "
+                              f"without {' and '.join(missing)}() (see lopd.types.Env)")
+    return CheckedEnv(env, task, name)
+
+
+def _check_messages(messages: Any, what: str) -> None:
+    if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str) for m in messages):
+        raise PluginTypeError(f"{what} must be a list of {{'role': str, 'content': str}} messages")
+
+
+class CheckedEnv:
+    """The user's environment with its answers checked (see the module docstring)."""
+
+    def __init__(self, env: Any, task: Task, plugin: str):
+        self.env, self.task, self.plugin = env, task, plugin
+
+    def _where(self, method: str) -> str:
+        return f"plugin {self.plugin!r}: {method} of task {self.task.id!r}"
+
+    def reset(self) -> ResetResult:
+        try:
+            result = self.env.reset()
+        except Exception as error:
+            raise PluginError(f"{self._where('reset()')} raised ({_why(error)})") from error
+        if not isinstance(result, ResetResult):
+            raise PluginTypeError(f"{self._where('reset()')} returned a "
+                                  f"{type(result).__name__}, not a lopd.types.ResetResult")
+        _check_messages(result.messages, self._where("reset().messages"))
+        if not result.messages or not isinstance(result.tools, list):
+            raise PluginTypeError(f"{self._where('reset()')} needs at least one message and a "
+                                  "list of tool schemas (possibly empty)")
+        return result
+
+    def step(self, assistant_text: str) -> StepResult:
+        try:
+            result = self.env.step(assistant_text)
+        except Exception as error:
+            raise PluginError(f"{self._where('step()')} raised ({_why(error)})") from error
+        if not isinstance(result, StepResult):
+            raise PluginTypeError(f"{self._where('step()')} returned a "
+                                  f"{type(result).__name__}, not a lopd.types.StepResult")
+        _check_messages(result.observation, self._where("step().observation"))
+        reward = result.reward
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not (
+                math.isfinite(reward) and 0.0 <= reward <= 1.0):
+            raise PluginError(f"{self._where('step()')} gave reward {reward!r}; rewards are "
+                              "numbers in [0, 1]")
+        if not isinstance(result.info, dict):
+            raise PluginTypeError(f"{self._where('step()')}: info must be a dict")
+        if result.done and "success" not in result.info:
+            result.info["success"] = reward >= 1.0
+        return result
+
+
+__all__ = ["CheckedEnv", "PluginError", "PluginSuite", "PluginTypeError", "build_env",
+           "is_plugin_name", "load_plugin", "resolve"]
