@@ -8,7 +8,8 @@ Python 3.9 syntax). ``confine(cfg)`` returns the names of the layers that took e
   the memory of the whole process tree.
 - ``netns``: a new, empty network namespace (as root; otherwise inside a new user namespace).
 - ``private-root`` (root only): a new mount namespace whose root is a fresh tmpfs holding
-  read-only binds of the system directories (``/usr``, ``/etc``, the interpreter's prefix...),
+  read-only binds of the system directories (``/usr``, ``/etc``, the interpreter's base prefix;
+  never a virtual environment's packages),
   four devices and the writable working directory ``/sandbox``. ``/tmp``, ``/run``, ``/proc``,
   ``/root``, ``/work``, ... and their Unix sockets are simply absent. ``disk-cap``: that tmpfs
   has a byte size and an inode count, so the total written and the number of files are capped.
@@ -25,7 +26,6 @@ Python 3.9 syntax). ``confine(cfg)`` returns the names of the layers that took e
 
 import ctypes
 import os
-import platform
 import resource
 import struct
 import sys
@@ -70,7 +70,7 @@ def _private_root(libc, cfg):
             if not _bind_readonly(libc, host, os.path.join(root, name)):
                 return False
             bound.append(host)
-    for prefix in {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+    for prefix in {sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
         if not any(prefix == b or prefix.startswith(b + "/") for b in bound):
             os.makedirs(root + prefix, exist_ok=True)
             if not _bind_readonly(libc, prefix, root + prefix):
@@ -163,7 +163,7 @@ def _rlimits(cfg, layers):
 
 def _seccomp_socket_filter(libc):
     """Install the socket filter; True if the kernel accepted it."""
-    arch = _SECCOMP_ARCH.get(platform.machine())
+    arch = _SECCOMP_ARCH.get(os.uname().machine)
     if arch is None:
         return False
     audit_arch, socket_nr, foreign = arch

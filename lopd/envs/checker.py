@@ -19,7 +19,8 @@ and replay make the same calls. The problem's prompt runs first, so helpers it d
 (``poly``, ``encode_cyclic``) are the trusted ones, not the candidate's; the function's own
 name is bound to the recorder or replayer, since a few checks call it by name (as in
 HumanEval, where that name is the candidate). The child process has
-CPU, memory and wall-clock limits; every failure is returned as ``(False, reason)``.
+CPU, memory and wall-clock limits (its code is ``_check_child.py``, sent as source to the same
+interpreter the sandbox uses); every failure is returned as ``(False, reason)``.
 """
 
 from __future__ import annotations
@@ -28,61 +29,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
+from pathlib import Path
 
 from lopd.envs.cleanup import remove_tree
-from lopd.envs.plaindata import decode, encode, loads_json
+from lopd.envs.plaindata import loads_json
+from lopd.envs.sandbox import choose_python
 
 _MARK = "lopd-check "
-
-
-class _Replay:
-    def __init__(self, calls, outputs):
-        self.calls, self.outputs, self.count = calls, outputs, 0
-
-    def __call__(self, *args, **kwargs):
-        index, self.count = self.count, self.count + 1
-        if index >= len(self.calls) or encode([list(args), kwargs]) != self.calls[index]:
-            raise AssertionError(f"call {index} was not made by the reference run")
-        output = self.outputs[index] if index < len(self.outputs) else None
-        if type(output) is not list or len(output) != 1:
-            raise AssertionError(f"the candidate returned no value for call {index}")
-        return decode(output[0])
-
-
-class _Recorder:
-    def __init__(self, function):
-        self.function, self.calls = function, []
-
-    def __call__(self, *args, **kwargs):
-        self.calls.append(encode([list(args), kwargs]))
-        return self.function(*args, **kwargs)
-
-
-def _child(job: dict) -> dict:
-    """Runs in the checker process: record the reference's calls, or replay outputs."""
-    import random
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-    resource.setrlimit(resource.RLIMIT_CPU, (job["cpu_s"], job["cpu_s"]))
-    namespace: dict = {"__name__": "__check__"}
-    exec(compile(job["prompt"], "<prompt>", "exec"), namespace)  # noqa: S102 - trusted
-    exec(compile(job["test"], "<test>", "exec"), namespace)  # noqa: S102 - trusted test code
-    if job["mode"] == "record":
-        reference: dict = {"__name__": "__reference__"}
-        exec(compile(job["prompt"] + job["solution"], "<reference>", "exec"), reference)  # noqa: S102
-        target = _Recorder(reference[job["entry_point"]])
-    else:
-        target = _Replay(job["calls"], job["outputs"])
-    namespace[job["entry_point"]] = target  # some checks call the function by its name
-    random.seed(0)
-    try:
-        namespace["check"](target)
-    except BaseException as err:  # noqa: BLE001 - the verdict, whatever was raised
-        return {"ok": False, "error": f"{type(err).__name__}: {err}"[:300]}
-    return {"ok": True, "calls": getattr(target, "calls", [])}
+_CHILD_SOURCE = "\n".join((Path(__file__).parent / name).read_text()
+                          for name in ("plaindata.py", "_check_child.py"))
 
 
 def _run_child(job: dict, timeout_s: float) -> dict:
@@ -91,7 +47,7 @@ def _run_child(job: dict, timeout_s: float) -> dict:
     job = {**job, "cpu_s": max(1, int(timeout_s))}
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-s", "-B", "-m", "lopd.envs.checker"], stdin=subprocess.PIPE,
+            [choose_python()[0], "-s", "-B", "-c", _CHILD_SOURCE], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=workdir, env=env,
             start_new_session=True, text=True,
         )
@@ -133,8 +89,3 @@ def check_outputs(prompt: str, test: str, entry_point: str, calls: list, outputs
     verdict = _run_child({"mode": "check", "prompt": prompt, "test": test, "calls": calls,
                           "outputs": outputs, "entry_point": entry_point}, timeout_s)
     return verdict.get("ok") is True, str(verdict.get("error", ""))
-
-
-if __name__ == "__main__":
-    _verdict = _child(json.loads(sys.stdin.read()))
-    sys.stdout.write("\n" + _MARK + json.dumps(_verdict) + "\n")

@@ -16,9 +16,10 @@ process of the private uid (as root) and the cgroup (where one was made), then d
 directories (``remove_tree``: iterative, never raises). Results come back on a private file as
 ``<nonce> <json>`` lines; the parser reads at most a few MB and never raises.
 
-Because the private uid cannot read ``/root``, the interpreter is chosen by a one-off probe:
-the first of ``sys.executable`` and the system ``python3`` that can run the harness under the
-uid switch; if none can, the uid layer is skipped.
+The interpreter is chosen by a one-off probe: the first of the system ``python3`` (preferred:
+it starts faster and brings no installed packages, such as the HumanEval data, into view) and
+``sys.executable`` that can run the harness under the uid switch; if none can, the uid layer is
+skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import os
 import random
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -109,6 +111,25 @@ def _kill_all(proc: subprocess.Popen, uid: int | None, cgroup: str | None) -> No
         pass
 
 
+def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for ``proc`` to exit (woken by a pidfd where there is one, rather than polling);
+    False on timeout."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    if pidfd is not None:
+        try:
+            select.select([pidfd], [], [], timeout_s)
+        finally:
+            os.close(pidfd)
+    try:
+        proc.wait(timeout=0 if pidfd is not None else timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def _read_head(path: Path, limit: int) -> str:
     try:
         with open(path, "rb") as handle:
@@ -188,17 +209,13 @@ def _launch(python: str, cfg: dict, outdir: Path, timeout_s: float, cgroup: str 
             )
         finally:
             os.close(result_fd)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = not wait_exit(proc, timeout_s)
         _kill_all(proc, cfg.get("uid"), cgroup)
     text = _read_head(result_path, (cfg["max_file_mb"] + 1) * 1024 * 1024)
     return proc.pid, proc.returncode, timed_out, text
 
 
-def _choose_python() -> tuple[str, bool]:
+def choose_python() -> tuple[str, bool]:
     """(interpreter, drop_uid): probed once, see the module docstring."""
     global _probe_result
     with _probe_lock:
@@ -207,7 +224,8 @@ def _choose_python() -> tuple[str, bool]:
         if os.geteuid() != 0:
             _probe_result = (sys.executable, False)
             return _probe_result
-        candidates = [sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")]
+        system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+        candidates = [system, sys.executable]  # the system one first: no venv packages
         probe = "import json, math, re, collections, itertools, functools, heapq, string\n"
         for python in dict.fromkeys(c for c in candidates if c):
             result = _run({"mode": "tests", "code": probe, "tests": ["assert math.sqrt(4) == 2"]},
@@ -236,7 +254,7 @@ def run_sandboxed(code: str, tests: list[str] | None = None, setup: str = "",
     ``max_disk_mb``) default to ``DEFAULT_LIMITS``. The outcome is reported from inside the
     sandbox: use it to check containment, not to score (see ``call_sandboxed``).
     """
-    python, drop_uid = _choose_python()
+    python, drop_uid = choose_python()
     job = {"mode": "tests", "code": code, "setup": setup,
            "tests": ["pass"] if tests is None else list(tests)}
     return _run(job, python, drop_uid, _limits(timeout_s, per_test_timeout_s, **limits))
@@ -252,7 +270,7 @@ def call_sandboxed(code: str, entry_point: str, calls: list, setup: str = "",
     (decoded here, in the parent) and ``errors[i]`` what went wrong otherwise. With
     ``stop_on_error`` the remaining calls are skipped after the first failure.
     """
-    python, drop_uid = _choose_python()
+    python, drop_uid = choose_python()
     job = {"mode": "calls", "code": code, "setup": setup, "entry_point": entry_point,
            "calls": list(calls), "stop_on_error": stop_on_error}
     return _run(job, python, drop_uid, _limits(timeout_s, per_test_timeout_s, **limits))
