@@ -1,9 +1,20 @@
-"""The `lopd` command. Subcommands import their heavy modules lazily so `--help` is instant."""
+"""The `lopd` command. Subcommands import their heavy modules lazily so `--help` is instant.
+
+Bad input never ends in a traceback: each subcommand checks its paths and names first
+(``lopd.preflight``, before any model loads), and ``main`` turns lopd's own errors (bad config,
+bad path, unknown model, damaged run file) into one line on stderr with exit status 2.
+``LOPD_DEBUG=1`` shows the traceback instead. ``section.field=value`` overrides of ``train``
+may stand anywhere on the command line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+import traceback
+from pathlib import Path
 
 from lopd import __version__
 
@@ -28,7 +39,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from lopd.config import ConfigError, describe, load_config
+    from lopd.config import describe, load_config
+    from lopd.preflight import check_train
 
     if args.help_config:
         print(describe())
@@ -38,11 +50,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         overrides.append(f"method.name={args.method}")
     if args.out:
         overrides.append(f"run.out_dir={args.out}")
-    try:
-        config = load_config(args.config, overrides)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
+    config = load_config(args.config, overrides)
+    check_train(config, args.resume)
     from lopd.trainer import train
 
     train(config, resume=args.resume)
@@ -50,11 +59,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from lopd.preflight import check_eval
+
+    check_eval(args)
     from lopd.evaluate import EvalSpec, run_eval
 
-    if args.latent_memory and not args.run:
-        print("eval --latent-memory needs --run RUN (a LOPD run directory)", file=sys.stderr)
-        return 2
     run_eval(EvalSpec(
         model=args.model, suites=args.suite.split(","), limit=args.limit, out_dir=args.out,
         adapter=args.adapter, init_adapter=args.init_adapter, run=args.run,
@@ -66,14 +75,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_bank(args: argparse.Namespace) -> int:
+    from lopd.preflight import check_bank
+
+    check_bank(args)
     from lopd.experience import cli as bank_cli
 
     if args.action == "stats":
         print(bank_cli.bank_stats(args.run))
     elif args.action == "query":
-        if not args.text:
-            print("bank query needs --text", file=sys.stderr)
-            return 2
         print(bank_cli.bank_query(args.run, args.text, args.j))
     else:
         bank_cli.bank_export(args.run, args.out or f"{args.run}/bank.jsonl")
@@ -81,6 +90,9 @@ def _cmd_bank(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from lopd.preflight import check_inspect
+
+    check_inspect(args)
     from lopd.inspect_run import inspect_run
 
     inspect_run(args.run, args.task, args.out)
@@ -88,6 +100,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from lopd.preflight import check_demo
+
+    check_demo(args)
     from lopd.demo import run_demo
 
     run_demo(out_dir=args.out, quick=args.quick)
@@ -95,6 +110,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
+    from lopd.preflight import check_sft
+
+    check_sft(args)
     from lopd.sft import run_sft
 
     run_sft(model=args.model, suite=args.suite, out_dir=args.out, steps=args.steps,
@@ -104,14 +122,26 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from lopd.preflight import check_export
+
+    check_export(args)
     from lopd.checkpoint import export_student
 
     print(export_student(args.run, args.out, merge=args.merge))
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a usage error as an exception, so ``main`` prints it as one line."""
+
+    def error(self, message: str):
+        from lopd.preflight import InputError
+
+        raise InputError(f"{message} (see `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lopd", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Latent On-Policy Self-Distillation for LLM agents, with GRPO, SDFT, OPSD, "
                     "SDPO and Skill-SD in the same loop.")
@@ -151,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--top-k", type=int, default=0, help="0 = off")
     ev.add_argument("--suite", default="toolworld-test",
                     help="comma-separated: toolworld-test, toolworld-transfer, bfcl-multi-turn, "
-                         "humaneval, code-train, ...")
+                         "humaneval, code-train, ..., a task file (tasks.jsonl) or a plugin "
+                         "(module:factory, file.py:factory[:ARG])")
     ev.add_argument("--limit", type=int, default=0, help="tasks per suite (0 = all)")
     ev.add_argument("--out", default="runs/eval", help="where eval.json and eval.md go")
     ev.add_argument("--threads", type=int, default=2)
@@ -180,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sft = sub.add_parser("sft", help="supervised warm start on reference trajectories")
     sft.add_argument("--model", default="smollm2-135m")
-    sft.add_argument("--suite", default="toolworld-train")
+    sft.add_argument("--suite", default="toolworld-train",
+                     help="training suite with reference solutions: a built-in name, a task "
+                          "file (tasks.jsonl) or a plugin (module:factory)")
     sft.add_argument("--out", default="runs/sft")
     sft.add_argument("--steps", type=int, default=60)
     sft.add_argument("--threads", type=int, default=2)
@@ -203,9 +236,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*\.[\w.-]+=")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``section.field=value`` items of ``train`` may stand anywhere
+    (before or after options such as ``--resume``)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [item for item in extra if _OVERRIDE.match(item)]
+    unknown = [item for item in extra if not _OVERRIDE.match(item)]
+    if overrides and args.command != "train":
+        unknown = overrides + unknown
+    if unknown:
+        from lopd.preflight import InputError
+
+        raise InputError(f"unrecognized arguments: {' '.join(unknown)} "
+                         f"(see `lopd {args.command} --help`)")
+    if args.command == "train":
+        args.overrides = list(args.overrides) + overrides
+    return args
+
+
+def _is_input_error(error: BaseException) -> bool:
+    """lopd's own reports of bad input: config, paths, models, damaged run files, and
+    ValueErrors raised by lopd's code (not by a library it calls)."""
+    from lopd.atomic import DamagedRunFile
+    from lopd.config import ConfigError
+    from lopd.preflight import InputError
+
+    models = sys.modules.get("lopd.models")
+    if models is not None and isinstance(error, models.ModelNotAvailable):
+        return True
+    if isinstance(error, (InputError, ConfigError, DamagedRunFile, FileNotFoundError, NotADirectoryError,
+                          IsADirectoryError, PermissionError, FileExistsError)):
+        return True
+    if isinstance(error, ValueError):
+        frames = traceback.extract_tb(error.__traceback__)
+        package = str(Path(__file__).resolve().parent)
+        return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(package)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    """Run one subcommand; bad input is one line on stderr and exit status 2."""
+    from lopd.run_dir import one_line
+
+    try:
+        args = parse_args(argv)
+        return int(args.func(args) or 0)
+    except Exception as error:
+        if os.environ.get("LOPD_DEBUG") or not _is_input_error(error):
+            raise
+        print(f"lopd: error: {one_line(error)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -55,9 +55,14 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train_suite: str = "toolworld-train"
-    """Task suite sampled for training (see `lopd.envs.load_suite`)."""
+    """Task suite sampled for training: a built-in name (toolworld-train, code-train, ...), a
+    JSONL task file (path/to/tasks.jsonl: one task per line naming its tools as a Python
+    import path, lopd.envs.taskfile), or a plugin `module:factory` / `file.py:factory[:ARG]`
+    returning tasks and an environment maker (lopd.envs.plugins). Rewards: LOPD's A = 2r - 1
+    and GRPO's group advantages both use the episode reward r in [0, 1] (partial credit);
+    binary success decides what joins the experience bank and is the eval headline."""
     eval_suite: str = "toolworld-test"
-    """Held-out suite for periodic evaluation."""
+    """Held-out suite for periodic evaluation (same forms as train_suite)."""
     eval_tasks: int = 32
     """Tasks of the eval suite used by periodic evaluation (0 = all)."""
     max_train_tasks: int = 0
@@ -167,6 +172,11 @@ class OptimConfig:
     """Global gradient-norm clip (0 = off)."""
     micro_batch: int = 4
     """Trajectories per forward/backward (gradient accumulation over the step's batch)."""
+    one_domain_batches: bool = False
+    """Draw each step's tasks from one domain (a random one per step, from the (seed, step)
+    stream) instead of from the whole pool. A domain's tasks share its system prompt (tool
+    descriptions, about 340 of about 600 prompt tokens), which generation then prefills once
+    for every rollout of the step (``lopd.generation``)."""
     share_prefix: str = "auto"
     """true: re-scoring forwards run each distinct [prompt ; context] of a micro-batch once and
     share its KV across the rollouts of that task (exact; ``lopd.prefix``); keep a task's
@@ -337,15 +347,53 @@ def validate(config: Config) -> Config:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- YAML file <- overrides, validated."""
+    """Defaults <- YAML file <- overrides, validated. A file that cannot be read or parsed, or
+    an override value that is not YAML, raises ``ConfigError`` saying which and what to do."""
     config = Config()
     if path:
-        values = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
-        apply(config, values)
-    apply(config, parse_overrides(overrides or []))
+        apply(config, _read_yaml(Path(path)))
+    try:
+        nested = parse_overrides(overrides or [])
+    except yaml.YAMLError as error:
+        raise ConfigError(f"an override value is not valid YAML ({_yaml_problem(error)}); "
+                          "quote it or fix it") from None
+    apply(config, nested)
     return validate(config)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(error, 'problem', None) or 'parse error'}{where}"
+
+
+def _read_yaml(path: Path) -> dict:
+    """The top-level mapping of a YAML config file."""
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist; pass an existing YAML file "
+                          "(presets are in configs/)")
+    if path.is_dir():
+        raise ConfigError(f"config path {path} is a directory; pass a YAML file")
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file; pass a YAML config") from None
+    except OSError as error:
+        raise ConfigError(f"cannot read {path} ({error.strerror}); check its permissions") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML ({_yaml_problem(error)}); fix the "
+                          "file") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections "
+                          "(model:, method:, optim:, ...)")
+    for section, fields in values.items():
+        names = [section, *(fields if isinstance(fields, dict) else [])]
+        if not all(isinstance(name, str) for name in names):
+            raise ConfigError(f"{path}: section and field names must be words, got "
+                              f"{next(n for n in names if not isinstance(n, str))!r}")
+    return values
 
 
 def save_config(config: Config, path: str | Path) -> None:

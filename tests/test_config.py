@@ -53,6 +53,39 @@ def test_every_field_is_documented():
             assert line.strip(), "a field without a docstring"
 
 
+@pytest.mark.parametrize("content, words", [
+    (None, "does not exist"),
+    ("optim: {steps: 3\n", "not valid YAML"),
+    ("- a\n- b\n", "top level must be a mapping"),
+    ("optim: 3\n", "must be a mapping"),
+    ("optim:\n  7: 3\n", "names must be words"),
+    (b"\xff\xfe\x00", "not a text file"),
+])
+def test_config_file_errors_say_what_is_wrong(tmp_path, content, words):
+    path = tmp_path / "c.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=words):
+        load_config(path)
+
+
+def test_config_path_that_is_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_empty_config_file_is_the_defaults(tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_config(tmp_path / "empty.yaml") == load_config(None)
+
+
+def test_override_that_is_not_yaml():
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(None, ["rollout.temperature={"])
+
+
 def test_cli_reports_config_errors(capsys):
     assert main(["train", "optim.steps=x"]) == 2
     assert "optim.steps" in capsys.readouterr().err
@@ -88,6 +121,7 @@ def test_cuda_without_a_gpu_names_the_field(tmp_path):
     from lopd.trainer import Trainer
 
     config = load_config(None, ["model.name=tiny-random", "model.device=cuda",
-                                f"run.out_dir={tmp_path}"])
+                                f"run.out_dir={tmp_path / 'run'}"])
     with pytest.raises(ConfigError, match=r"model\.device"):
         Trainer(config)
+    assert not (tmp_path / "run").exists()  # a failed start leaves no run directory
