@@ -18,6 +18,11 @@ Storage choices
   on them safely.
 - Embeddings are float32 blobs of ``dim`` values (384 for all-MiniLM-L6-v2), NULL until the
   retriever embeds the row.
+- Invalid rows are refused loudly, never dropped in silence: ``add`` raises a ``ValueError``
+  naming the row and the field for a non-finite or non-numeric reward, a missing or empty
+  task id or task text, a trace or domain that is not text, an unknown source, or an embedding of the wrong size or with
+  NaN/inf values (``set_embeddings`` too). Nothing of such a batch is stored. Text holding lone
+  surrogates (not encodable as UTF-8) is stored with them replaced by U+FFFD.
 
 Eviction (only with ``capacity``): after an insert the bank drops rows until ``count() <=
 capacity``. Victims are rollout rows first: repeatedly take the task with the most rollout
@@ -31,6 +36,8 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
+import operator
 import sqlite3
 import threading
 import time
@@ -40,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lopd.chat import safe_text
 
 BANK_FILENAME = "bank.sqlite"
 EMBED_DIM = 384
@@ -87,7 +96,7 @@ class Experience:
 
     @property
     def trace_sha256(self) -> str:
-        return hashlib.sha256(self.trace.encode("utf-8")).hexdigest()
+        return hashlib.sha256(safe_text(self.trace).encode("utf-8")).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able dict without the embedding (for export and reports)."""
@@ -156,13 +165,48 @@ class ExperienceBank:
             self._conn.execute("COMMIT")
             return out
 
-    def _blob(self, emb: np.ndarray | None) -> bytes | None:
+    def _blob(self, emb: np.ndarray | None, row: str = "row") -> bytes | None:
+        """Float32 bytes of an embedding; ``ValueError`` (naming ``row``) if it has the wrong
+        size or a non-finite value."""
         if emb is None:
             return None
-        arr = np.ascontiguousarray(emb, dtype=np.float32).reshape(-1)
+        try:
+            arr = np.ascontiguousarray(emb, dtype=np.float32).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{row}: embedding is not an array of numbers ({err})") from None
         if arr.shape[0] != self.dim:
-            raise ValueError(f"embedding has {arr.shape[0]} values, bank expects {self.dim}")
+            raise ValueError(f"{row}: embedding has {arr.shape[0]} values, bank expects {self.dim}")
+        if not np.isfinite(arr).all():
+            bad = int((~np.isfinite(arr)).sum())
+            raise ValueError(f"{row}: embedding has {bad} non-finite values (NaN or inf)")
         return arr.tobytes()
+
+    def _validated(self, index: int, e: Experience, now: float) -> tuple:
+        """The SQL row of ``e``, or a ``ValueError`` naming the row and the bad field."""
+        row = f"experience {index} (task_id={str(e.task_id)[:80]!r})"
+        if e.source not in SOURCES:
+            raise ValueError(f"{row}: source must be one of {SOURCES}, got {e.source!r}")
+        for name in ("task_id", "domain", "task_text", "trace"):
+            value = getattr(e, name)
+            if not isinstance(value, str) or (name in ("task_id", "task_text") and not value.strip()):
+                kind = "a non-empty string" if name in ("task_id", "task_text") else "a string"
+                raise ValueError(f"{row}: {name} must be {kind}, got {value!r:.80}")
+        if isinstance(e.reward, bool) or not isinstance(e.reward, (int, float, np.number)):
+            raise ValueError(f"{row}: reward must be a number, got {e.reward!r:.80}")  # noqa: TRY004
+        try:
+            reward = float(e.reward)
+        except OverflowError:
+            reward = math.inf
+        if not math.isfinite(reward):
+            raise ValueError(f"{row}: reward must be a finite number, got {e.reward!r:.80}")
+        try:
+            step = operator.index(e.step_added)
+        except TypeError:
+            raise ValueError(f"{row}: step_added must be an integer, got {e.step_added!r:.80}") from None
+        trace = safe_text(e.trace)
+        return (safe_text(e.task_id), safe_text(e.domain), safe_text(e.task_text), trace,
+                hashlib.sha256(trace.encode("utf-8")).hexdigest(), reward, step,
+                e.source, self._blob(e.embedding, row), now)
 
     def _row(self, r: Sequence[Any]) -> Experience:
         emb = None if r[8] is None else np.frombuffer(r[8], dtype=np.float32).copy()
@@ -173,16 +217,10 @@ class ExperienceBank:
     # -- writes ------------------------------------------------------------------------------
     def add(self, experiences: Iterable[Experience]) -> list[int]:
         """Insert a batch atomically; returns the ids of rows newly inserted (duplicates of an
-        existing ``(task_id, trace)`` are skipped, rows evicted by this add are left out)."""
-        exps = list(experiences)
+        existing ``(task_id, trace)`` are skipped, rows evicted by this add are left out).
+        An invalid row raises ``ValueError`` before anything is written (module docstring)."""
         now = time.time()
-        rows = []
-        for e in exps:
-            if e.source not in SOURCES:
-                raise ValueError(f"source must be one of {SOURCES}, got {e.source!r}")
-            rows.append((e.task_id, e.domain, e.task_text, e.trace, e.trace_sha256,
-                         float(e.reward), int(e.step_added), e.source, self._blob(e.embedding),
-                         now))
+        rows = [self._validated(i, e, now) for i, e in enumerate(experiences)]
 
         def insert(conn: sqlite3.Connection) -> tuple[list[int], list[int]]:
             # Drop duplicates before inserting: an ignored INSERT still burns an AUTOINCREMENT id.
@@ -241,7 +279,7 @@ class ExperienceBank:
         """Store ``embeddings`` (N, dim) float32 for rows ``ids`` in one transaction."""
         if len(ids) != len(embeddings):
             raise ValueError(f"{len(ids)} ids but {len(embeddings)} embeddings")
-        pairs = [(self._blob(e), int(i)) for i, e in zip(ids, embeddings)]
+        pairs = [(self._blob(e, f"row id {int(i)}"), int(i)) for i, e in zip(ids, embeddings)]
         self._transaction(
             lambda c: c.executemany("UPDATE experiences SET embedding=? WHERE id=?", pairs))
 

@@ -49,6 +49,12 @@ into the teacher's context instead of transferring experience from related tasks
 ``max_step`` keeps rows with ``step_added <= max_step`` so a resumed run sees the bank as it
 was at that step.
 
+Non-finite rows: the bank refuses NaN/inf embeddings, but a file written before that (or by
+other means) may hold some. Such a row would score NaN against every query and push a real
+neighbour out of the top J, so the index never takes it: it is re-embedded from its task text
+and repaired in the bank, or, if the embedder cannot give a finite vector either, left out of
+the index (both with a warning).
+
 Heavy imports (torch, faiss, sentence-transformers) happen inside functions, not at import.
 """
 
@@ -60,6 +66,7 @@ import importlib.util
 import itertools
 import os
 import re
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -191,6 +198,7 @@ class Retriever:
         self._order: np.ndarray | None = None  # argsort of _ids, for id -> position lookups
         self._by_task: np.ndarray | None = None  # argsort of _task, for task -> positions
         self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()  # task text -> (dim,)
+        self._unusable: set[int] = set()  # bank ids whose embedding could not be made finite
         self.query_cache = query_cache
         self.sync()
 
@@ -203,6 +211,7 @@ class Retriever:
 
     def _append(self, ids: np.ndarray, task_ids: list[str], steps: np.ndarray,
                 emb: np.ndarray) -> None:
+        ids, task_ids, steps, emb = self._finite_rows(ids, task_ids, steps, emb)
         if len(ids) == 0:
             return
         vecs = _normalise(emb)
@@ -213,6 +222,36 @@ class Retriever:
         self._order = self._by_task = None
         if not self._refresh_ann() and self.ann is not None:
             self.ann.add(vecs, ids)
+
+    def _finite_rows(self, ids: np.ndarray, task_ids: list[str], steps: np.ndarray,
+                     emb: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+        """The rows with finite embeddings, after re-embedding (and repairing in the bank) the
+        others from their task text; rows still not finite are left out (module docstring)."""
+        bad = ~np.isfinite(emb).all(axis=1) if len(ids) else np.zeros(0, dtype=bool)
+        if not bad.any():
+            return ids, task_ids, steps, emb
+        rows = {e.id: e for e in self.bank.get(ids[bad].tolist(), with_embeddings=False)}
+        emb = emb.copy()
+        fixed = [i for i in np.flatnonzero(bad) if int(ids[i]) in rows]
+        if fixed:
+            vecs = np.asarray(self.embedder.embed([rows[int(ids[i])].task_text for i in fixed]),
+                              dtype=np.float32)
+            ok = np.isfinite(vecs).all(axis=1)
+            for i, vec, good in zip(fixed, vecs, ok):
+                if good:
+                    emb[i], bad[i] = vec, False
+            if ok.any():
+                self.bank.set_embeddings([int(ids[i]) for i, g in zip(fixed, ok) if g], vecs[ok])
+        if fixed:
+            warnings.warn(f"{len(fixed)} bank rows had non-finite embeddings; "
+                          f"{len(fixed) - int(bad.sum())} re-embedded from their task text",
+                          RuntimeWarning, stacklevel=3)
+        if bad.any():
+            self._unusable.update(int(i) for i in ids[bad])
+            warnings.warn(f"bank rows {sorted(int(i) for i in ids[bad])[:10]} have no finite "
+                          "embedding and are left out of the index", RuntimeWarning, stacklevel=3)
+        keep = ~bad
+        return ids[keep], [t for t, k in zip(task_ids, keep) if k], steps[keep], emb[keep]
 
     def _remove(self, ids: Sequence[int]) -> None:
         ids = np.asarray(ids, dtype=np.int64)
@@ -251,9 +290,12 @@ class Retriever:
         db_ids = self.bank.ids(embedded_only=True)
         self._remove(np.setdiff1d(self._ids, db_ids))
         new = np.setdiff1d(db_ids, self._ids)
+        if self._unusable:
+            new = np.setdiff1d(new, np.fromiter(self._unusable, dtype=np.int64))
         if len(new) == 0:
             return 0
-        ids, tasks, steps, emb = self.bank.embedded_rows(None if len(self._ids) == 0 else new)
+        everything = len(self._ids) == 0 and not self._unusable
+        ids, tasks, steps, emb = self.bank.embedded_rows(None if everything else new)
         self._append(ids, tasks, steps, emb)
         return len(ids)
 
