@@ -221,13 +221,15 @@ def test_files_outside_are_invisible(layers, tmp_path):
 
 
 def test_other_processes_cannot_be_signalled(layers):
-    need(layers, "uid")
+    if "uid" not in layers and "pidns" not in layers:
+        pytest.skip("neither a private uid nor a pid namespace here")
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         code = ("import os, signal\ndef f(pid):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
                 "        return 'killed'\n    except OSError as e:\n        return type(e).__name__\n")
         result = one_call(code, [sleeper.pid])
-        assert result.values == ["PermissionError"] and sleeper.poll() is None
+        assert result.values[0] in ("PermissionError", "ProcessLookupError"), result.values
+        assert sleeper.poll() is None
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -7,6 +7,9 @@ Python 3.9 syntax). ``confine(cfg)`` returns the names of the layers that took e
 - ``cgroup``: joins the memory+pids cgroup the parent made (cgroup v2, when writable); it caps
   the memory of the whole process tree.
 - ``netns``: a new, empty network namespace (as root; otherwise inside a new user namespace).
+- ``pidns``: a new pid namespace with the candidate as pid 1: no process outside it can be
+  seen or signalled (without a private uid, this is what protects the parent), and when it
+  ends every process it started dies with it.
 - ``private-root`` (root only): a new mount namespace whose root is a fresh tmpfs holding
   read-only binds of the system directories (``/usr``, ``/etc``, the interpreter's base prefix;
   never a virtual environment's packages),
@@ -22,6 +25,10 @@ Python 3.9 syntax). ``confine(cfg)`` returns the names of the layers that took e
   for this process and every child, ctypes included; foreign-ABI syscalls are refused.
 - ``audit-hook``: refuses sockets, ctypes, signals to other processes, writes outside the
   working directory, and counts created files (the only layer without namespaces or seccomp).
+  ``read-guard``: without a private root, the hook also refuses reads outside the working
+  directory, the standard library and ``/dev``, and starting other programs. Audit hooks are
+  a speed bump, not a wall (``_posixsubprocess`` is not audited): the namespaces, the private
+  uid and seccomp are the walls.
 """
 
 import ctypes
@@ -30,7 +37,8 @@ import resource
 import struct
 import sys
 
-CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWPID = (
+    0x00020000, 0x40000000, 0x10000000, 0x20000000)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 32, 4096, 16384, 1 << 18)
 SANDBOX_DIR = "/sandbox"
@@ -42,6 +50,7 @@ _PATH_EVENTS = {
     "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1,
     "os.truncate": 1, "shutil.rmtree": 1, "os.rename": 2, "os.symlink": 2, "os.link": 2,
 }
+_SPAWN_EVENTS = {"os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen"}
 # (audit arch, socket syscall number, first number of a foreign ABI to refuse)
 _SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 0x40000000), "aarch64": (0xC00000B7, 198, None)}
 
@@ -109,13 +118,35 @@ def _readonly_mounts(libc, workdir):
     return root_ok
 
 
+def _become_pid_one():
+    """Fork after ``unshare(CLONE_NEWPID)``: the child goes on as pid 1 of the new namespace;
+    this process waits and exits with its status (killing pid 1 kills the whole namespace)."""
+    child = os.fork()
+    if child == 0:
+        return
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def _namespaces(libc, cfg, layers):
     if os.geteuid() != 0:
-        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) == 0:
+            _become_pid_one()
+            layers += ["netns", "pidns"]
+        elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
             layers.append("netns")
         return
     if libc.unshare(CLONE_NEWNET) == 0:
         layers.append("netns")
+    if libc.unshare(CLONE_NEWPID) == 0:
+        _become_pid_one()
+        layers.append("pidns")
     if libc.unshare(CLONE_NEWNS) != 0:
         return
     libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
@@ -198,15 +229,19 @@ def confine(cfg):
         layers.append("uid")
     if _seccomp_socket_filter(libc):
         layers.append("seccomp-socket")
-    install_audit_hook(os.getcwd(), cfg["max_files"])
-    layers.append("audit-hook")
+    guard_reads = "private-root" not in layers
+    install_audit_hook(os.getcwd(), cfg["max_files"], guard_reads)
+    layers += ["audit-hook", "read-guard"] if guard_reads else ["audit-hook"]
     return layers
 
 
-def install_audit_hook(workdir, max_files):
-    """Refuse sockets, ctypes, foreign signals and writes outside ``workdir``; cap new files."""
+def install_audit_hook(workdir, max_files, guard_reads):
+    """Refuse sockets, ctypes, foreign signals and writes outside ``workdir``; cap new files.
+    With ``guard_reads`` (no private root), also refuse reading anything but ``workdir``, the
+    standard library and ``/dev``, and starting programs (which the hook would not follow)."""
     root = os.path.realpath(workdir)
     realpath, fspath, sep, getppid = os.path.realpath, os.fspath, os.sep, os.getppid
+    readable = (root + sep, os.path.dirname(os.path.realpath(os.__file__)) + sep, "/dev/")
     written = set()
 
     def inside(path):
@@ -215,6 +250,13 @@ def install_audit_hook(workdir, max_files):
         except (TypeError, ValueError):
             return isinstance(path, int)  # an fd: already opened
         return full == root or full.startswith(root + sep)
+
+    def may_read(path):
+        try:
+            full = realpath(fspath(path))
+        except (TypeError, ValueError):
+            return isinstance(path, int)
+        return full == root or full.startswith(readable)
 
     def count(path):
         written.add(repr(path))
@@ -226,10 +268,14 @@ def install_audit_hook(workdir, max_files):
             raise PermissionError(f"{event} is disabled in the sandbox")
         if event in ("os.kill", "os.killpg") and (args[0] in (-1, 1) or args[0] == getppid()):
             raise PermissionError("signalling processes outside the sandbox")
+        if guard_reads and event in _SPAWN_EVENTS:
+            raise PermissionError("starting programs is disabled in the sandbox")
         if event == "open" and len(args) >= 3:
             path, mode, flags = args[0], args[1], args[2]
             writing = bool(flags & _WRITE_FLAGS) if isinstance(flags, int) else False
             writing = writing or (isinstance(mode, str) and any(c in mode for c in "wax+"))
+            if guard_reads and not writing and not may_read(path):
+                raise PermissionError(f"reading outside the sandbox directory: {path!r}")
             if writing and not isinstance(path, int):
                 if not inside(path):
                     raise PermissionError(f"writing outside the sandbox directory: {path!r}")
