@@ -213,8 +213,9 @@ def build_env(suite: PluginSuite, name: str, task: Task, seed: int, max_steps: i
                           f"({_why(error)})") from error
     missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
     if missing:
-        raise PluginTypeError(f"plugin {name!r}: make_env returned a {type(env).__name__} "
-                              f"without {' and '.join(missing)}() (see lopd.types.Env)")
+        raise PluginTypeError(f"plugin {name!r}: make_env returned a {type(env).__name__!r} "
+                              f"without {' and '.join(m + '()' for m in missing)} "
+                              "(see lopd.types.Env)")
     return CheckedEnv(env, task, name)
 
 
