@@ -25,7 +25,8 @@ Python 3.9 syntax). ``confine(cfg)`` returns the names of the layers that took e
   for this process and every child, ctypes included; foreign-ABI syscalls are refused.
 - ``audit-hook``: refuses sockets, ctypes, signals to other processes, writes outside the
   working directory, and counts created files (the only layer without namespaces or seccomp).
-  ``read-guard``: without a private root, the hook also refuses reads outside the working
+  ``files-x-size``: without the tmpfs, the file count is lowered so that count x
+  RLIMIT_FSIZE fits the disk budget (per process). ``read-guard``: without a private root, the hook also refuses reads outside the working
   directory, the standard library and ``/dev``, and starting other programs. Audit hooks are
   a speed bump, not a wall (``_posixsubprocess`` is not audited): the namespaces, the private
   uid and seccomp are the walls.
@@ -229,8 +230,11 @@ def confine(cfg):
         layers.append("uid")
     if _seccomp_socket_filter(libc):
         layers.append("seccomp-socket")
-    guard_reads = "private-root" not in layers
-    install_audit_hook(os.getcwd(), cfg["max_files"], guard_reads)
+    guard_reads, max_files = "private-root" not in layers, cfg["max_files"]
+    if "disk-cap" not in layers:  # files x file size must fit the disk budget
+        max_files = min(max_files, max(8, cfg["max_disk_mb"] // max(1, cfg["max_file_mb"])))
+        layers.append("files-x-size")
+    install_audit_hook(os.getcwd(), max_files, guard_reads)
     layers += ["audit-hook", "read-guard"] if guard_reads else ["audit-hook"]
     return layers
 

@@ -11,7 +11,10 @@ deep, too large) and nothing else.
 Form: ``None``/``True``/``False`` are JSON literals; every other value is a pair
 ``[tag, payload]``: ``"i"`` int as a hex string (exact at any size, no decimal digit limit),
 ``"f"`` float as ``float.hex`` (keeps inf and nan), ``"s"`` str, ``"b"`` bytes as hex,
-``"l"``/``"t"``/``"set"``/``"fs"`` a list of items, ``"d"`` a list of ``[key, value]`` pairs.
+``"l"``/``"t"``/``"set"``/``"fs"`` a list of items, ``"d"`` a list of ``[key, value]`` pairs,
+``"r"`` a range as three hex ints. An iterator (generator, ``map``, ``zip``...) is drained
+(within the size budget) into ``"it"`` and comes back as an iterator over a list, so it
+compares as the original would (an iterator is not equal to a list) and can be consumed.
 
 This file runs on both sides: the sandbox prepends its source to the harness (so it sticks to
 the standard library and Python 3.9 syntax, and has no ``__future__`` import).
@@ -20,7 +23,7 @@ the standard library and Python 3.9 syntax, and has no ``__future__`` import).
 import json
 
 MAX_DEPTH = 64
-MAX_NODES = 1_000_000
+MAX_NODES = 200_000
 MAX_INT_HEX_DIGITS = 100_000
 _SEQUENCE_TAGS = {list: "l", tuple: "t", set: "set", frozenset: "fs"}
 _SEQUENCE_TYPES = {"l": list, "t": tuple, "set": set, "fs": frozenset}
@@ -62,6 +65,13 @@ def _encode(value, depth, budget):
     if kind is dict:
         return ["d", [[_encode(k, depth - 1, budget), _encode(v, depth - 1, budget)]
                       for k, v in dict.items(value)]]
+    if kind is range:
+        return ["r", [hex(value.start), hex(value.stop), hex(value.step)]]
+    if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):  # generator, map, zip, ...
+        items = []
+        for item in value:
+            items.append(_encode(item, depth - 1, budget))
+        return ["it", items]
     raise TypeError(f"not plain data: {kind.__name__}")
 
 
@@ -100,6 +110,12 @@ def _decode(data, depth, budget):
         raise ValueError("malformed plain data")
     if tag in _SEQUENCE_TYPES:
         return _SEQUENCE_TYPES[tag](_decode(item, depth - 1, budget) for item in payload)
+    if tag == "it":
+        return iter([_decode(item, depth - 1, budget) for item in payload])
+    if tag == "r" and len(payload) == 3 and all(type(x) is str for x in payload):
+        if any(len(x) > MAX_INT_HEX_DIGITS for x in payload):
+            raise ValueError("integer too large")
+        return range(*(int(x, 16) for x in payload))
     if tag == "d":
         pairs = []
         for pair in payload:
