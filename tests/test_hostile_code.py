@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lopd.envs import code_tasks
-from lopd.envs.cleanup import remove_tree
+from lopd.envs.cleanup import make_cgroup, remove_cgroup, remove_tree
 from lopd.envs.code import CodeEnv, humaneval_path, load_code_tasks, load_humaneval
 from lopd.envs.plaindata import decode, encode, loads_json
 from lopd.envs.sandbox import _parse, call_sandboxed, run_sandboxed
@@ -252,3 +252,23 @@ def test_isolation_layers_are_reported(layers):
 def test_tests_mode_still_contains(layers):
     result = run_sandboxed("import os\nos._exit(0)\n", ["assert True"])
     assert result.passed == 0
+
+
+def test_nothing_is_left_behind(tmp_path, monkeypatch):
+    """Working, result (nonce) and root directories are deleted whatever the program did."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    litter = ("import os\ndef f():\n    for _ in range(1200):\n        os.mkdir('d')\n"
+              "        os.chdir('d')\n    open('x', 'w').write('x')\n    os.chmod('.', 0)\n"
+              "    return 1\n")
+    result = one_call(litter, [], max_files=2000)
+    assert result.total == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_cgroup_helpers_degrade_quietly():
+    group = make_cgroup(256, 8)
+    try:
+        assert group is None or (Path(group) / "memory.max").read_text().strip() == str(256 << 20)
+    finally:
+        remove_cgroup(group)
+    remove_cgroup(None)
+    remove_cgroup("/nonexistent/lopd-sbx-x")
