@@ -2,7 +2,7 @@
 
 Never imported by the parent: ``checker.py`` sends ``plaindata.py`` and this file, joined, to a
 fresh interpreter with ``PYTHONHASHSEED=0``. Standard library only, Python 3.9 syntax. It reads
-one job (JSON) on stdin and writes its verdict as the last ``lopd-check <json>`` line.
+one job (JSON) on stdin and writes its verdict as the last line, ``<job["mark"]><json>``.
 """
 
 import json
@@ -10,8 +10,6 @@ import sys
 
 if __package__:  # imported for reading or linting; in the checker these arrive as source
     from lopd.envs.plaindata import decode, encode
-
-_MARK = "lopd-check "
 
 
 class _Replay:
@@ -64,5 +62,5 @@ def _child(job):
 
 
 if __name__ == "__main__":
-    _verdict = _child(json.loads(sys.stdin.read()))
-    sys.stdout.write("\n" + _MARK + json.dumps(_verdict) + "\n")
+    _job = json.loads(sys.stdin.read())
+    sys.stdout.write("\n" + _job["mark"] + json.dumps(_child(_job)) + "\n")

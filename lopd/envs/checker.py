@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -44,7 +45,8 @@ _CHILD_SOURCE = "\n".join((Path(__file__).parent / name).read_text()
 def _run_child(job: dict, timeout_s: float) -> dict:
     workdir = tempfile.mkdtemp(prefix="lopd-check-")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
-    job = {**job, "cpu_s": max(1, int(timeout_s))}
+    mark = f"{_MARK}{secrets.token_hex(8)} "  # a verdict line nothing else can print
+    job = {**job, "cpu_s": max(1, int(timeout_s)), "mark": mark}
     try:
         proc = subprocess.Popen(
             [choose_python()[0], "-s", "-B", "-c", _CHILD_SOURCE], stdin=subprocess.PIPE,
@@ -61,8 +63,8 @@ def _run_child(job: dict, timeout_s: float) -> dict:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-        lines = [line for line in out.splitlines() if line.startswith(_MARK)]
-        verdict = loads_json(lines[-1][len(_MARK):]) if lines else None
+        lines = [line for line in out.splitlines() if line.startswith(mark)]
+        verdict = loads_json(lines[-1][len(mark):]) if lines else None
     except (OSError, ValueError) as err:
         return {"ok": False, "error": f"the check could not run: {err}"}
     finally:
