@@ -28,7 +28,9 @@ The ``GenerationBackend`` protocol is the seam for other engines (vLLM on GPUs):
 
 from __future__ import annotations
 
+import functools
 import inspect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +46,92 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+    top_k: int = 0
+    """Sample among the ``top_k`` most likely tokens only (0 = off)."""
+
+
+def common_prefixes(prompts: Sequence[list[int]], minimum: int) -> list[tuple[list[int], list[list[int]]]]:
+    """Groups of two or more prompts that share a prefix of at least ``minimum`` tokens, each
+    as (that prefix, its prompts); the prefix leaves at least one token of every prompt to
+    run. Prompts are grouped as neighbours in sorted order."""
+    def shared(a: list[int], b: list[int]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    order = sorted(prompts)
+    groups: list[list[list[int]]] = [[order[0]]] if order else []
+    lengths: list[int] = [len(order[0])] if order else []
+    for previous, prompt in itertools.pairwise(order):
+        common = shared(previous, prompt)
+        if common >= minimum:
+            groups[-1].append(prompt)
+            lengths[-1] = min(lengths[-1], common)
+        else:
+            groups.append([prompt])
+            lengths.append(len(prompt))
+    found = []
+    for group, length in zip(groups, lengths):
+        length = min(length, min(len(p) for p in group) - 1)
+        if len(group) > 1 and length >= minimum:
+            found.append((group[0][:length], group))
+    return found
+
+
+@functools.cache
+def _preallocated_layer() -> type:
+    """transformers' ``DynamicLayer`` with its keys and values in a buffer allocated once per
+    call with room for the whole turn: appending a token writes one slot instead of
+    concatenating the layer's whole cache (a copy that grows with the context). ``keys`` /
+    ``values`` are views of the filled part, so attention reads the same numbers."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity = capacity
+
+        def lazy_initialization(self, key_states, value_states):
+            batch, heads, _, dim = key_states.shape
+            self.device = key_states.device
+            self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
+            self._values = value_states.new_empty((batch, heads, self.capacity,
+                                                   value_states.shape[-1]))
+            self.keys, self.values = self._keys[:, :, :0], self._values[:, :, :0]
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            start = self.keys.shape[-2]
+            end = start + key_states.shape[-2]
+            if end > self._keys.shape[-2]:  # past the planned room: double it
+                self._keys = torch.cat([self._keys, torch.empty_like(self._keys)], dim=-2)
+                self._values = torch.cat([self._values, torch.empty_like(self._values)], dim=-2)
+                return self.update(key_states, value_states)
+            self._keys[:, :, start:end] = key_states
+            self._values[:, :, start:end] = value_states
+            self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.is_initialized:
+                end = self.keys.shape[-2]
+                self._keys, self._values = self._keys[indices], self._values[indices]
+                self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+
+    return PreallocatedLayer
+
+
+def _full_attention_only(model) -> bool:
+    """True when every layer attends to the whole sequence (no sliding window, no linear
+    attention): the only layers the preallocated cache stands in for."""
+    config = model.config.get_text_config(decoder=True) if hasattr(model, "config") else None
+    if config is None:
+        return False
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return all(t == "full_attention" for t in types)
+    return not getattr(config, "sliding_window", None) or not getattr(
+        config, "use_sliding_window", True)
 
 
 class GenerationBackend(Protocol):
@@ -52,11 +140,21 @@ class GenerationBackend(Protocol):
         ...
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Sample one token per row from ``logits (B, V)``; greedy when ``temperature == 0``."""
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None, top_k: int = 0) -> torch.Tensor:
+    """Sample one token per row from ``logits (B, V)``; greedy when ``temperature == 0``.
+
+    Filters apply in the usual order: temperature, then top-k (the ``top_k`` largest logits
+    stay; 0 = off), then top-p (the smallest set of the remaining tokens whose probability
+    reaches ``top_p``; 1 = off).
+    """
     if temperature <= 0:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float() / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # always keeps the top token
@@ -74,18 +172,22 @@ class HFBackend:
     """
 
     def __init__(self, model, stop_ids: set[int], pad_id: int, autocast: bool = False,
-                 prefix_cache: bool = True, max_cached_tokens: int = 131_072):
+                 prefix_cache: bool = True, max_cached_tokens: int = 131_072,
+                 preallocate: bool = True):
         self.model = model
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long)
         self.pad_id = pad_id
         self.autocast = autocast
         self.prefix_cache = prefix_cache
         self.max_cached_tokens = max_cached_tokens
+        self.preallocate = preallocate and _full_attention_only(model)
         self.device = next(model.parameters()).device
         # transformers 5.x names the KV cache argument `cache`; 4.x called it `past_key_values`.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(base.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.min_shared_prefix = 16  # shortest common prefix of a call worth a prefill of its own
+        self.shared_tokens = 0  # prompt tokens prefilled once for all of a call's prompts
         self.reused_tokens = 0  # prompt tokens served from the prefix cache, over all calls
         self.prefilled_tokens = 0  # prompt tokens run through a prefill, over all calls
         self.reset_prefix_cache()
@@ -114,7 +216,8 @@ class HFBackend:
         from transformers.cache_utils import DynamicLayer
 
         layers = getattr(cache, "layers", None)
-        if not self.prefix_cache or not layers or any(type(x) is not DynamicLayer for x in layers):
+        plain = (DynamicLayer, _preallocated_layer())
+        if not self.prefix_cache or not layers or any(type(x) not in plain for x in layers):
             return  # sliding-window or other special layers do not keep the whole sequence
         tensors = [layer.keys for layer in layers] + [layer.values for layer in layers]
         stored = sum(len(ids) for ids in fresh)
@@ -144,13 +247,13 @@ class HFBackend:
         new_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1].float(), new_cache
 
-    def _prefill(self, prompts: list[list[int]]):
+    def _prefill(self, prompts: list[list[int]], room: int = 0):
         """Prefill distinct prompts, each continuing its stored prefix if there is one.
 
-        Returns the last-position logits, the cache, the attention mask and the position ids.
+        ``room``: tokens the caller will append; with ``preallocate`` the cache has space for
+        them. Returns the last-position logits, the cache, the attention mask and the position
+        ids.
         """
-        from transformers.cache_utils import DynamicCache
-
         pasts = [self._lookup(p) if self.prefix_cache else None for p in prompts]
         self._entries = {}  # this call's sequences supersede them
         reused = [0 if kv is None else kv.shape[2] for kv in pasts]
@@ -163,23 +266,58 @@ class HFBackend:
             past_mask[row, width - n:] = 1  # empty slice when n == 0
         attention = torch.cat([past_mask, new_mask], dim=-1)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = None
-        if width:  # stored KV left-padded to the common past length, one layer at a time
-            first = next(kv for kv in pasts if kv is not None)
-            batch_shape = (len(prompts), first.shape[1], width, first.shape[3])
-
-            def padded(index: int) -> torch.Tensor:
-                batch = first.new_zeros(batch_shape)
-                for row, kv in enumerate(pasts):
-                    if kv is not None:
-                        batch[row, :, width - kv.shape[2]:] = kv[index]
-                return batch
-
-            layers = first.shape[0] // 2
-            cache = DynamicCache(ddp_cache_data=(
-                (padded(i), padded(layers + i)) for i in range(layers)))
+        cache = self._new_cache(pasts, width, attention.shape[1] + room)
         logits, cache = self._forward(ids, attention, positions[:, width:], cache)
         return logits, cache, attention, positions
+
+    def _new_cache(self, pasts: list[torch.Tensor | None], width: int, capacity: int):
+        """A cache holding the stored KV of each row left-padded to ``width`` (None: the model
+        makes its own); preallocated for ``capacity`` positions when enabled."""
+        from transformers.cache_utils import DynamicCache
+
+        if not width and not self.preallocate:
+            return None
+        layer = functools.partial(_preallocated_layer(), capacity) if self.preallocate else None
+        cache = DynamicCache()
+        if layer is not None:
+            cache.layer_class_to_replicate = layer
+        if not width:
+            return cache
+        first = next(kv for kv in pasts if kv is not None)
+        batch_shape = (len(pasts), first.shape[1], width, first.shape[3])
+
+        def padded(index: int) -> torch.Tensor:
+            batch = first.new_zeros(batch_shape)
+            for row, kv in enumerate(pasts):
+                if kv is not None:
+                    batch[row, :, width - kv.shape[2]:] = kv[index]
+            return batch
+
+        layers = first.shape[0] // 2
+        for i in range(layers):  # stored KV left-padded to the common past length
+            cache.update(padded(i), padded(layers + i), i)
+        return cache
+
+    def _store_common_prefixes(self, prompts: list[list[int]]) -> None:
+        """Prefill once, as one row each, the prefixes that groups of ``prompts`` share (the
+        system prompt of a domain's tasks) and store them, so the prefill continues every
+        prompt of a group from its prefix; groups the cache already covers are left alone."""
+        wanted = []
+        for prefix, members in common_prefixes(prompts, self.min_shared_prefix):
+            pasts = [self._lookup(p) for p in members]
+            if any(kv is None or kv.shape[2] < len(prefix) for kv in pasts):
+                wanted.append(prefix)
+        if not wanted:
+            return
+        ids, attention = self._left_pad(wanted)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        _, cache = self._forward(ids, attention, positions,
+                                 self._new_cache([], 0, ids.shape[1]))
+        fresh: dict[tuple[int, ...], torch.Tensor] = {}
+        self._store(fresh, cache, attention, list(range(len(wanted))), wanted)
+        self._entries.update(fresh)
+        self.prefilled_tokens += sum(len(ids) for ids in fresh)
+        self.shared_tokens += sum(len(ids) for ids in fresh)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -192,7 +330,10 @@ class HFBackend:
         generator = torch.Generator(device="cpu").manual_seed(params.seed)
         first_of: dict[tuple[int, ...], int] = {}
         unique = [first_of.setdefault(tuple(p), len(first_of)) for p in prompts]
-        logits, cache, attention, positions = self._prefill([list(p) for p in first_of])
+        if self.prefix_cache and len(first_of) > 1:
+            self._store_common_prefixes([list(p) for p in first_of])
+        logits, cache, attention, positions = self._prefill([list(p) for p in first_of],
+                                                            params.max_new_tokens)
         if len(first_of) < len(prompts):  # copy shared prefills to every row that asked for them
             expand = torch.tensor(unique, device=self.device)
             cache.batch_select_indices(expand)
@@ -208,7 +349,8 @@ class HFBackend:
                         [list(prompts[r]) + outputs[r] for r in rows])
 
         for step in range(params.max_new_tokens):
-            tokens = sample_next(logits.cpu(), params.temperature, params.top_p, generator)
+            tokens = sample_next(logits.cpu(), params.temperature, params.top_p, generator,
+                                 params.top_k)
             for row, token in zip(alive.tolist(), tokens.tolist()):
                 outputs[row].append(token)
             if step == params.max_new_tokens - 1:

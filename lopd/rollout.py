@@ -38,6 +38,9 @@ class RolloutConfig:
     """0 = greedy decoding (evaluation); > 0 samples (training)."""
     top_p: float = 1.0
     """Nucleus sampling mass (1 = off)."""
+    top_k: int = 0
+    """Sample only among the k most likely tokens (0 = off); applied after the temperature and
+    before top_p, e.g. temperature 0.7, top_p 0.95, top_k 20."""
 
 
 @dataclass
@@ -144,7 +147,7 @@ def run_episodes(
         if not waiting:
             break
         params = SamplingParams(config.max_new_tokens, config.temperature, config.top_p,
-                                seed=seed * 100_003 + round_index)
+                                seed=seed * 100_003 + round_index, top_k=config.top_k)
         sampled = backend.generate([e.ids + header for e in waiting], params)
         for episode, tokens in zip(waiting, sampled):
             _apply_turn(episode, tokens, renderer, config)

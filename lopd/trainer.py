@@ -86,10 +86,14 @@ class Trainer:
     # -- one step ------------------------------------------------------------------------------
     def sample_tasks(self, step: int):
         """The step's tasks from the (seed, step) stream; under data parallelism, this
-        process's slice of them."""
+        process's slice of them. With ``optim.one_domain_batches`` they all come from one
+        domain, drawn from the same stream."""
         rng = random.Random(self.config.run.seed * 1_000_003 + step)
-        tasks = rng.sample(self.rt.train_tasks, min(self.config.optim.tasks_per_step,
-                                                    len(self.rt.train_tasks)))
+        pool = self.rt.train_tasks
+        if self.config.optim.one_domain_batches:  # one domain per step, drawn from the stream
+            domain = rng.choice(sorted({task.domain for task in pool}))
+            pool = [task for task in pool if task.domain == domain]
+        tasks = rng.sample(pool, min(self.config.optim.tasks_per_step, len(pool)))
         return distributed.shard(tasks)
 
     def train_step(self, step: int) -> dict:

@@ -51,6 +51,61 @@ def test_sampling_is_seeded_and_respects_top_p():
     assert set(first.tolist()) <= {0, 1} and 1 in first.tolist()
 
 
+def test_top_k_one_is_greedy_and_top_k_stays_among_the_k_most_likely():
+    logits = torch.randn(300, 50, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    assert torch.equal(sample_next(logits, 1.3, 1.0, generator, top_k=1), logits.argmax(-1))
+    for top_p in (1.0, 0.95):
+        drawn = torch.stack([sample_next(logits, 0.7, top_p, generator, top_k=5) for _ in range(20)], 1)
+        allowed = logits.topk(5, dim=-1).indices  # (300, 5)
+        assert (drawn[:, :, None] == allowed[:, None, :]).any(-1).all()
+        assert len(set(drawn[0].tolist())) > 1  # still a sample, not the argmax
+    unfiltered = torch.stack([sample_next(logits, 0.7, 1.0, generator) for _ in range(20)], 1)
+    assert not (unfiltered[:, :, None] == allowed[:, None, :]).any(-1).all()  # the test can fail
+
+
+def test_preallocated_cache_and_shared_system_prompt_change_no_token(tiny):
+    model, tokenizer = tiny
+    renderer, prompts = _prompts(tokenizer)
+    system = [{"role": "system", "content": "You answer briefly. " * 6}]
+    prompts += [renderer.render(system + [{"role": "user", "content": t}], True)[0]
+                for t in ("one", "two two", "three three three")]
+    stops = set(renderer.stop_ids) | set(range(3, len(tokenizer), 7))  # rows end at different steps
+    outputs = {}
+    for new_path in (False, True):
+        backend = HFBackend(model, stops, tokenizer.pad_token_id, prefix_cache=new_path,
+                            preallocate=new_path)
+        assert backend.preallocate == new_path
+        for temperature in (0.0, 1.0):
+            params = SamplingParams(max_new_tokens=9, temperature=temperature, seed=4)
+            outputs[new_path, temperature] = backend.generate(prompts + prompts[3:5], params)
+        assert (backend.shared_tokens > 0) == new_path  # the common system prompt ran once
+    assert outputs[True, 0.0] == outputs[False, 0.0]
+    assert outputs[True, 1.0] == outputs[False, 1.0]
+    assert len({len(o) for o in outputs[True, 1.0]}) > 1
+
+
+@pytest.mark.slow
+def test_real_smollm2_new_decode_path_gives_the_old_tokens_on_a_one_domain_batch():
+    from lopd.envs import load_suite, make_env
+    from lopd.models import load_model
+
+    model, tokenizer = load_model("smollm2-135m")
+    renderer = ChatRenderer(tokenizer)
+    tasks = [t for t in load_suite("toolworld-train") if t.domain == "banking"][:3]
+    prompts = [renderer.render(make_env(t).reset().messages)[0] + renderer.generation_prompt()
+               for t in tasks]
+    greedy = SamplingParams(max_new_tokens=24, temperature=0)
+    new = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id)
+    old = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id, prefix_cache=False,
+                    preallocate=False)
+    got = new.generate(prompts, greedy)
+    assert new.shared_tokens > 100  # the domain's system prompt was prefilled once
+    assert got == old.generate(prompts, greedy)
+    for prompt, tokens in zip(prompts, got):
+        assert tokens == _greedy_reference(model, prompt, 24, renderer.stop_ids)
+
+
 @pytest.mark.slow
 def test_real_smollm2_greedy_matches_generate_and_calls_a_tool():
     from lopd.models import load_model
@@ -131,7 +186,10 @@ def test_prefix_cache_gives_identical_multi_turn_rollouts(tiny):
     assert on == off  # same seeded draws on the same logits (up to float rounding)
     assert len({len(ids) for ids in on}) == len(on)
     assert off_backend.reused_tokens == 0 and on_backend.reused_tokens > 0
-    assert on_backend.prefilled_tokens + on_backend.reused_tokens == off_backend.prefilled_tokens
+    # the episodes' common system prompt is prefilled once more, as one row, then reused
+    assert on_backend.shared_tokens > 0 and off_backend.shared_tokens == 0
+    assert (on_backend.prefilled_tokens + on_backend.reused_tokens
+            == off_backend.prefilled_tokens + on_backend.shared_tokens)
     assert on_backend.prefilled_tokens < off_backend.prefilled_tokens / 2
     _, again = _echo_rollouts(tiny, True, temperature=1.0, extra_stops=stops)
     assert again == on  # seeded sampling stays deterministic

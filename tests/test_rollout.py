@@ -71,3 +71,24 @@ def test_groups_label_rollouts_of_the_same_task(tiny):
     _, trajs = _run(tiny, envs, groups)
     assert [t.group for t in trajs] == [0, 0, 0, 1, 1, 1]
     assert [t.task.id for t in trajs] == ["t1"] * 3 + ["t2"] * 3
+
+
+def test_one_domain_batches_are_deterministic_and_come_from_one_domain():
+    from types import SimpleNamespace
+
+    from lopd.config import Config
+    from lopd.trainer import Trainer
+
+    pool = [Task(f"{d}{i}", "train", d, "p") for d in ("a", "b", "c") for i in range(6)]
+    config = Config()
+    config.optim.tasks_per_step = 4
+    owner = SimpleNamespace(config=config, rt=SimpleNamespace(train_tasks=pool))
+    mixed = [Trainer.sample_tasks(owner, step) for step in range(8)]
+    config.optim.one_domain_batches = True
+    batches = [Trainer.sample_tasks(owner, step) for step in range(8)]
+    assert [Trainer.sample_tasks(owner, step) for step in range(8)] == batches  # (seed, step)
+    assert all(len(b) == 4 and len({t.domain for t in b}) == 1 for b in batches)
+    assert len({b[0].domain for b in batches}) > 1  # the domain changes from step to step
+    assert any(len({t.domain for t in b}) > 1 for b in mixed)  # off: tasks mix domains
+    config.run.seed = 1
+    assert [Trainer.sample_tasks(owner, step) for step in range(8)] != batches
