@@ -93,7 +93,8 @@ class LatentMemoryBackend:
             logits, cache = self._forward(inputs_embeds=embeds, attention_mask=attention,
                                           position_ids=positions)
             for step in range(params.max_new_tokens):
-                tokens = sample_next(logits.cpu(), params.temperature, params.top_p, generator)
+                tokens = sample_next(logits.cpu(), params.temperature, params.top_p, generator,
+                                     params.top_k)
                 for index, token in enumerate(tokens.tolist()):
                     if not done[index]:
                         outputs[index].append(token)
