@@ -17,13 +17,14 @@ depend only on the config), so the new run repeats a run started in an empty dir
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 import sqlite3
 import sys
 from pathlib import Path
 
-from lopd.atomic import DamagedRunFile, remove_temporaries
+from lopd.atomic import DamagedRunFile, read_complete_lines, remove_temporaries, write_text
 
 PHI0 = "composer_phi0"
 
@@ -120,3 +121,20 @@ def _drop_rollout_rows(path: Path) -> int:
             return conn.execute("DELETE FROM experiences WHERE source = 'rollout'").rowcount
         except sqlite3.OperationalError:  # no table yet
             return 0
+
+
+def trim_metrics(path: Path, step: int) -> None:
+    """Keep the metrics logged up to the checkpoint at ``step``: training rows of earlier steps
+    and evaluations up to it (a torn last line of a killed append is dropped)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in read_complete_lines(path):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        is_eval = any(str(key).startswith("eval/") for key in row)
+        if row.get("step", step + 1) < step or (is_eval and row["step"] <= step):
+            kept.append(line)
+    write_text(path, "".join(line + "\n" for line in kept))

@@ -302,23 +302,9 @@ class Runtime:
         return state
 
     def _trim_metrics(self, step: int) -> None:
-        """Keep the metrics logged up to the checkpoint at ``step``: training rows of earlier
-        steps and evaluations up to it (a torn last line of a killed write is dropped)."""
-        from lopd.atomic import read_complete_lines, write_text
+        from lopd.run_dir import trim_metrics
 
-        path = self.out / "metrics.jsonl"
-        if not path.exists():
-            return
-        kept = []
-        for line in read_complete_lines(path):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            is_eval = any(str(key).startswith("eval/") for key in row)
-            if row.get("step", step + 1) < step or (is_eval and row["step"] <= step):
-                kept.append(line)
-        write_text(path, "".join(line + "\n" for line in kept))
+        trim_metrics(self.out / "metrics.jsonl", step)
 
     def _load_student(self, directory: Path) -> None:
         if self.config.model.student == "full":
