@@ -110,8 +110,16 @@ def check_train(config, resume: bool) -> None:
 
 
 def check_eval(args: argparse.Namespace) -> None:
+    from lopd.checkpoint import latest_checkpoint
+
     if args.run:
-        check_has_checkpoint(check_run_dir(args.run), "--run")
+        run = check_run_dir(args.run)
+        if args.latent_memory:  # the run's composer: its newest checkpoint's, else phi_0
+            if latest_checkpoint(run) is None and not (run / "composer_phi0").is_dir():
+                raise InputError(f"--run: {args.run} has neither a checkpoint nor "
+                                 "composer_phi0/; --latent-memory needs a LOPD run")
+        else:
+            check_has_checkpoint(run, "--run")
     else:
         check_model(args.model, "--model")
     if args.latent_memory and not args.run:

@@ -97,6 +97,8 @@ def _cases(root):
                                            "--out", str(root / "new-run")],
         "eval run without checkpoint": ["eval", "--run", str(lopd_run),
                                         "--out", str(root / "new-run")],
+        "eval latent memory of a bare run": ["eval", "--run", str(lopd_run), "--latent-memory",
+                                             "--out", str(root / "new-run")],
         "eval overrides not accepted": ["eval", "optim.steps=3", "--out", str(root / "new-run")],
         "export no checkpoint": ["export", "--run", str(lopd_run), "--out", str(root / "new-run")],
         "export not a run": ["export", "--run", str(root / "x"), "--out", str(root / "new-run")],
