@@ -64,7 +64,7 @@ def rest_of_step(trainer, trajs, recompute: bool | None = None):
 def cold_start_steps(trainer, args, micro_batch: int):
     """``args.cold_start_steps`` steps of the runtime's cold start (batches of 4 examples)."""
     from lopd.coldstart import cold_start
-    from lopd.runtime import cold_start_examples
+    from lopd.method_parts import cold_start_examples
 
     rt = trainer.rt
     examples = cold_start_examples(rt)
