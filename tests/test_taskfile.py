@@ -184,3 +184,14 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(TaskFileError, match="no tasks"):
         load_suite(str(tmp_path / "empty.jsonl"))
+
+
+def test_example_tasks_are_solvable_and_not_solved_by_doing_nothing():
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "examples" / "todo_service" / "data"
+    for split in ("train", "test"):
+        for task in load_suite(str(data / f"{split}.jsonl")):
+            idle, _ = _play(task, ["Done."])
+            solved, _ = _play(task, reference_turns(task))
+            assert idle.reward == 0.0 and solved.info["success"], task.id

@@ -90,6 +90,8 @@ def _change(rng: random.Random, state: dict) -> tuple[str, list, list]:
         goal = {"op": "missing", "path": ["items", item_id]}
     else:
         due = _date(rng)
+        while due == state["items"][item_id]["due"]:  # a no-op task would pass untouched
+            due = _date(rng)
         prompt = rng.choice(["Set the due date of '{t}' to {d}.", "'{t}' is now due {d}.",
                              "Move '{t}' to {d}."]).format(t=title, d=due)
         call = {"name": "set_due_date", "arguments": {"item_id": item_id, "due": due}}
