@@ -46,7 +46,8 @@ def run_variant(name: str, extra: list[str], args) -> dict:
     overrides = [
         f"model.init_adapter={args.adapter}", f"run.out_dir={out}", "run.tensorboard=false",
         f"method.seed_experiences={args.seed_experiences}",
-        f"method.cold_start_steps={args.cold_start_steps}", "optim.steps=1",
+        f"method.cold_start_steps={args.cold_start_steps}",
+        f"method.cold_start_batch={args.cold_start_batch}", "optim.steps=1",
         f"optim.tasks_per_step={args.tasks}", f"optim.group_size={args.group}",
         f"optim.micro_batch={args.group}", f"rollout.max_steps={args.max_steps}",
         f"rollout.max_new_tokens={args.max_new_tokens}", f"run.threads={args.threads}", *extra,
@@ -71,10 +72,13 @@ def markdown(rows: list[dict], args, cpu: str) -> str:
         "",
         (f"Command: `.venv/bin/python benchmarks/bench_parity.py --adapter {args.adapter} "
         f"--seed-experiences {args.seed_experiences} --cold-start-steps {args.cold_start_steps} "
-        f"--tasks {args.tasks} --group {args.group}`"),
+        f"--cold-start-batch {args.cold_start_batch} --tasks {args.tasks} --group {args.group} "
+        f"--max-steps {args.max_steps} --max-new-tokens {args.max_new_tokens} "
+        f"--threads {args.threads}`"),
         "",
         f"Machine: {cpu}. Teacher = the warm-started model (init adapter merged into the base).",
-        (f"Cold start: {args.cold_start_steps} steps on the seed bank ({args.seed_experiences} "
+        (f"Cold start: {args.cold_start_steps} steps of {args.cold_start_batch} examples on the "
+         f"seed bank ({args.seed_experiences} "
         "reference solutions); NLL = teacher NLL per action token on the held-out fifth of the "
         "cold-start examples. Delta = step-0 privilege margin (eq. 12) on "
         f"{args.tasks} tasks x {args.group} rollouts (the same rollouts for every variant)."),
@@ -100,11 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="", help="comma-separated subset (names' prefixes)")
     parser.add_argument("--seed-experiences", type=int, default=150)
     parser.add_argument("--cold-start-steps", type=int, default=30)
+    parser.add_argument("--cold-start-batch", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite the markdown from the JSON rows, run nothing")
     args = parser.parse_args(argv)
     wanted = [v for v in args.variants.split(",") if v]
     chosen = {k: v for k, v in VARIANTS.items()
@@ -116,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     json_path = Path(args.out).with_suffix(".json")
     rows = json.loads(json_path.read_text()) if json_path.exists() else []
     done = {r["variant"] for r in rows}
+    if args.report_only:
+        Path(args.out).write_text(markdown(rows, args, cpu))
+        return 0
     for name, extra in chosen.items():
         if name in done:
             continue
