@@ -338,6 +338,8 @@ def validate(config: Config) -> Config:
         (0 < config.rollout.top_p <= 1, "rollout.top_p", "in (0, 1]"),
         (config.run.threads >= 1, "run.threads", ">= 1"),
         (config.run.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1"),
+        (config.run.checkpoint_every >= 1, "run.checkpoint_every", ">= 1"),
+        (config.run.eval_every >= 0, "run.eval_every", ">= 0"),
     ]
     for ok, name, expected in checks:
         if not ok:

@@ -225,3 +225,10 @@ def test_reference_preset_loads_with_the_authors_choices():
         "full", 32, 1)
     assert (config.rollout.temperature, config.rollout.top_p, config.rollout.top_k) == (
         0.7, 0.95, 20)
+
+
+def test_checkpoint_every_zero_is_a_config_error():
+    from lopd.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="run.checkpoint_every"):
+        load_config(None, ["run.checkpoint_every=0"])
