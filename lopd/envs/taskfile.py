@@ -23,12 +23,12 @@ Every problem raises ``TaskFileError`` (a ``ValueError``) as ``FILE:LINE: what i
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from lopd.jsonl import json_lines
 from lopd.types import Task
 
 FIELDS = {"id", "prompt", "toolset", "env", "tools", "state", "checks", "reference", "metadata",
@@ -141,20 +141,12 @@ def _read_cached(resolved: str, mtime_ns: int, size: int, shown: str) -> tuple[T
     path = shown
     tasks: list[Task] = []
     seen: dict[str, int] = {}
-    with file.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise TaskFileError(f"{where}: not valid JSON ({error.msg})") from None
-            task = task_from_row(row, where, base_dir=file.parent.resolve(), split=file.stem)
-            if task.id in seen:
-                raise TaskFileError(f"{where}: task id {task.id!r} already on line {seen[task.id]}")
-            seen[task.id] = number
-            tasks.append(task)
+    for where, number, row in json_lines(file, TaskFileError, shown=path):
+        task = task_from_row(row, where, base_dir=file.parent.resolve(), split=file.stem)
+        if task.id in seen:
+            raise TaskFileError(f"{where}: task id {task.id!r} already on line {seen[task.id]}")
+        seen[task.id] = number
+        tasks.append(task)
     if not tasks:
         raise TaskFileError(f"task file {path}: no tasks in it")
     return tuple(tasks)

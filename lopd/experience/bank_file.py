@@ -13,13 +13,13 @@ stops the load with an error that names the file, the line and the field; nothin
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from lopd.experience.bank import Experience
 from lopd.experience.condense import condense_trajectory
+from lopd.jsonl import json_lines
 from lopd.types import Message
 
 
@@ -57,14 +57,7 @@ def read_bank_file(path: str | Path, min_reward: float = 1.0) -> list[FileExperi
     if not path.is_file():
         raise FileNotFoundError(f"method.bank_file: {path} is not a file")
     accepted: list[FileExperience] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise BankFileError(f"{where}: not valid JSON ({error.msg})") from None
+    for where, _, row in json_lines(path, BankFileError):
         if not isinstance(row, dict):
             raise BankFileError(f"{where}: each line must be a JSON object")
         task_id = _field(row, "task_id", str, where)
