@@ -20,9 +20,9 @@ import torch
 
 from lopd.chat import ChatRenderer
 from lopd.envs import load_suite, make_env
-from lopd.policy import load_policy
 from lopd.generation import HFBackend
 from lopd.models import setup_runtime
+from lopd.policy import load_policy
 from lopd.rollout import RolloutConfig, run_episodes
 
 RESULTS = Path(__file__).parent / "results"
