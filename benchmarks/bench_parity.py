@@ -92,7 +92,8 @@ def markdown(rows: list[dict], args, cpu: str) -> str:
         lines.append(
             f"| {r['variant']} | {r['nll_no_context']:.4f} | {r['nll_context']:.4f} | "
             f"{gain:+.4f} | {r['delta']:+.4f} | {r['distill']:.4f} | {r['setup_s']} |")
-    return "\n".join(lines) + "\n"
+    notes = Path(args.out).with_name("parity_notes.md")  # the human reading, kept on rewrites
+    return "\n".join(lines) + "\n" + (notes.read_text() if notes.exists() else "")
 
 
 def main(argv: list[str] | None = None) -> int:
