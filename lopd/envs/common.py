@@ -12,7 +12,7 @@ texts are cut to ``MAX_ERROR_CHARS``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lopd.chat import CALL_OPEN, ToolCall, clip, parse_tool_calls, safe_text
@@ -56,3 +56,25 @@ def tool_message(content: Any) -> Message:
 
 def error_message(error: str) -> Message:
     return tool_message({"error": clip(str(error), MAX_ERROR_CHARS)})
+
+
+def answer_calls(items: Sequence[ToolCall | str],
+                 call: Callable[[str, dict], Any]) -> tuple[list[Message], int, int]:
+    """Run one turn's parsed items (``parse_in_order``) through ``call(name, arguments)``.
+
+    Returns the observation messages, the tool calls made and the errors (parse errors plus
+    calls whose result is an ``{"error": ...}`` dict), for environments built on tool calls.
+    """
+    observation: list[Message] = []
+    calls = errors = 0
+    for item in items:
+        if isinstance(item, str):
+            errors += 1
+            observation.append(error_message(item))
+            continue
+        result = call(item.name, item.arguments)
+        calls += 1
+        if isinstance(result, dict) and "error" in result:
+            errors += 1
+        observation.append(tool_message(result))
+    return observation, calls, errors

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from lopd.chat import format_tool_call, tool_system_prompt
-from lopd.envs.common import error_message, parse_in_order, tool_message
+from lopd.envs.common import answer_calls, parse_in_order
 from lopd.envs.toolworld.base import Domain, TaskSpec, evaluate
 from lopd.types import Message, ResetResult, StepResult, Task
 
@@ -63,17 +63,9 @@ class ToolWorldEnv:
             return StepResult([], 0.0, True, self._info(final=True))
         self.steps += 1
         _, items = parse_in_order(assistant_text, self.tools)
-        observation: list[Message] = []
-        for item in items:
-            if isinstance(item, str):
-                self.errors += 1
-                observation.append(error_message(item))
-                continue
-            result = self.world.call(item.name, item.arguments)
-            self.tool_calls += 1
-            if isinstance(result, dict) and "error" in result:
-                self.errors += 1
-            observation.append(tool_message(result))
+        observation, calls, errors = answer_calls(items, self.world.call)
+        self.tool_calls += calls
+        self.errors += errors
         if items and self.steps < self.max_steps:
             return StepResult(observation, 0.0, False, self._info(final=False))
         self.done = True
