@@ -139,9 +139,10 @@ def export_student(run_dir: str | Path, out: str | Path, merge: bool = False) ->
         tokenizer.save_pretrained(out)
         return out
     shutil.copytree(student, out)
-    init_adapter = run_config(run_dir)["model"].get("init_adapter", "")
+    model = run_config(run_dir)["model"]
+    init_adapter = model.get("init_adapter", "")
     if is_adapter and init_adapter:
-        base = {"model": run_config(run_dir)["model"]["name"], "init_adapter": init_adapter,
+        base = {"model": model["name"], "init_adapter": init_adapter,
                 "note": "this adapter applies on top of model + init_adapter merged; "
                         "`lopd export --merge` writes the complete model"}
         (out / "lopd_base.json").write_text(json.dumps(base, indent=2) + "\n")
