@@ -193,20 +193,43 @@ class Runtime:
             self.composer_opt.zero_grad(set_to_none=True)
 
     def composer_backward(self, context: StepContext, leaf: torch.Tensor) -> float:
-        """Push the accumulated context gradient (and the anchor) through the composer."""
-        from lopd.losses import latent_anchor
+        """Push the accumulated context gradient (and the anchor) through the composer.
 
+        With ``optim.composer_recompute`` the composer runs again with its graph, one chunk of
+        ``optim.composer_chunk`` tasks at a time (each chunk's backward frees its graph before
+        the next); the anchor is the mean over all tasks either way."""
         if self.composer_opt is None or leaf.grad is None and not self.config.method.anchor_weight:
             return 0.0
-        latent = context.task_latent
+        n_tasks = leaf.shape[0]
+        chunk = self.config.optim.composer_chunk or n_tasks
+        if not self.config.optim.composer_recompute:  # the compose phase kept the graph
+            chunk = n_tasks
+        anchor = 0.0
+        for start in range(0, n_tasks, chunk):
+            tasks = slice(start, min(start + chunk, n_tasks))
+            anchor += self._composer_chunk_backward(context, leaf, tasks, n_tasks)
+        return anchor
+
+    def _composer_chunk_backward(self, context: StepContext, leaf: torch.Tensor,
+                                 tasks: slice, n_tasks: int) -> float:
+        """Backward of the tasks ``tasks``: ``(c * dL/dc).sum() + w * anchor * share``, where
+        ``share`` is the chunk's part of the mean over the step's ``n_tasks`` tasks."""
+        from lopd.losses import latent_anchor
+
+        prompts, texts = context.task_prompts[tasks], context.texts[tasks]
         if self.config.optim.composer_recompute:  # composed without a graph: build it now
-            latent, _ = self.composer.compose(context.task_prompts, context.texts)
+            latent, _ = self.composer.compose(prompts, texts)
+        else:
+            latent = context.task_latent[tasks]
         with torch.no_grad():
-            reference, _ = self.anchor_composer.compose(context.task_prompts, context.texts)
-        anchor = latent_anchor(latent, reference, self.config.method.anchor_reduction)
+            reference, _ = self.anchor_composer.compose(prompts, texts)
+        width = leaf.shape[1]  # a chunk's J may be smaller than the step's: pad its slots
+        latent, reference = _pad_slots(latent, width), _pad_slots(reference, width)
+        share = latent.shape[0] / n_tasks
+        anchor = latent_anchor(latent, reference, self.config.method.anchor_reduction) * share
         objective = self.config.method.anchor_weight * anchor
         if leaf.grad is not None:
-            objective = objective + (latent * leaf.grad).sum()
+            objective = objective + (latent * leaf.grad[tasks].to(latent.dtype)).sum()
         if objective.requires_grad:  # False when no task retrieved anything (empty context)
             objective.backward()
         return float(anchor.detach())
@@ -336,6 +359,12 @@ class Runtime:
         from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter(str(out / "tensorboard"))
+
+
+def _pad_slots(latent: torch.Tensor, width: int) -> torch.Tensor:
+    """``latent (n, C, d)`` with zero slots appended up to ``C = width`` (empty slots are zero)."""
+    missing = width - latent.shape[1]
+    return torch.nn.functional.pad(latent, (0, 0, 0, missing)) if missing > 0 else latent
 
 
 def experience_text_message(experiences: list[str]) -> dict:

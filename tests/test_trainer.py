@@ -90,26 +90,47 @@ def test_frozen_composer_does_not_move(tmp_path):
     assert not _moved(composer, trainer.rt.composer.trainable_parameters())
 
 
-def test_composer_recompute_gives_the_same_gradients(tmp_path):
-    """optim.composer_recompute only moves the encoder forward: same loss terms, same grads."""
-    trainer = Trainer(_config(tmp_path, "lopd"))
+def test_composer_recompute_and_chunks_give_the_same_gradients(tmp_path):
+    """optim.composer_recompute only moves the encoder forward, and optim.composer_chunk only
+    splits its backward by task (with 3 tasks, chunks of 2 leave one of 1): same loss terms,
+    same anchor, same grads."""
+    trainer = Trainer(_config(tmp_path, "lopd", **{"optim.tasks_per_step": 3,
+                                                   "method.anchor_weight": 0.5}))
     rt = trainer.rt
     trajs = rt.rollout(trainer.sample_tasks(0), 0)
     rt.update_bank(trajs, 0)
     rt.optimizer_step = lambda: None  # keep the gradients of one update
+    with torch.no_grad():  # move the composer off phi_0 so that the anchor is not zero
+        for param in rt.composer.trainable_parameters():
+            param.add_(0.01 * torch.randn_like(param))
     seen = {}
-    for flag in (False, True):
-        trainer.config.optim.composer_recompute = flag
+    for recompute, chunk in ((False, 0), (True, 0), (True, 1), (True, 2)):
+        trainer.config.optim.composer_recompute = recompute
+        trainer.config.optim.composer_chunk = chunk
         context = rt.context(trajs, 0)
-        assert context.task_latent.requires_grad is not flag
+        assert context.task_latent.requires_grad is not recompute
+        assert context.task_latent.shape[0] == 3
         terms, anchor = trainer.update(trajs, context, {})
         grads = [p.grad.clone() for p in rt.composer.trainable_parameters()]
-        seen[flag] = (terms.distill, terms.delta, anchor, grads)
-    assert seen[True][3][0].abs().sum() > 0  # the composer got a gradient
-    for a, b in zip(seen[True][:3], seen[False][:3]):
-        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
-    for a, b in zip(seen[True][3], seen[False][3], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+        seen[recompute, chunk] = (terms.distill, terms.delta, anchor, grads)
+    reference = seen[False, 0]
+    assert reference[3][0].abs().sum() > 0  # the composer got a gradient
+    assert reference[2] > 0  # and an anchor
+    for key, found in seen.items():
+        for a, b in zip(found[:3], reference[:3]):
+            assert a == pytest.approx(b, rel=1e-5, abs=1e-6), key
+        for a, b in zip(found[3], reference[3], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_composer_chunk_pads_a_chunk_with_fewer_experiences():
+    from lopd.runtime import _pad_slots
+
+    latent = torch.ones(2, 4, 3)
+    padded = _pad_slots(latent, 6)
+    assert padded.shape == (2, 6, 3)
+    assert torch.equal(padded[:, :4], latent) and not padded[:, 4:].any()
+    assert _pad_slots(latent, 4) is latent
 
 
 @pytest.mark.parametrize("student", ["lora", "full"])
