@@ -149,10 +149,9 @@ class Trainer:
         rows_in_step = int(active.sum())
         total = LossTerms(objective=torch.zeros(()))
         step_size = cfg.optim.micro_batch
-        for start in range(0, len(trajs), step_size):
-            rows = list(range(start, min(start + step_size, len(trajs))))
-            if not bool(active[rows].any()):
-                continue
+        carrying = signal_rows(active, advantages)
+        for start in range(0, len(carrying), step_size):
+            rows = carrying[start:start + step_size]
             batch = collate([trajs[r] for r in rows], rt.pad_id).to(device)
             targets = batch.targets[batch.target_mask]
             row_of = batch.target_mask.nonzero()[:, 0]
@@ -253,6 +252,17 @@ class Trainer:
                 if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.optim.steps:
                     self.checkpoint()
         return history
+
+
+def signal_rows(active: torch.Tensor, advantages: torch.Tensor | None) -> list[int]:
+    """The rows whose loss has a gradient, in order: rows with privileged context (distillation)
+    or a non-zero group advantage (GRPO; a group whose rollouts all scored the same has none).
+    Only these are forwarded, packed into full micro-batches; the loss is still normalised by
+    the step's ``rows_in_step``, so skipping the others changes no gradient."""
+    keep = active.bool().cpu()
+    if advantages is not None:
+        keep = keep & (advantages.detach().cpu() != 0)
+    return keep.nonzero().squeeze(-1).tolist()
 
 
 def train(config: Config, resume: bool = False) -> Trainer:

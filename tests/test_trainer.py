@@ -229,3 +229,50 @@ def test_export_gives_a_plain_hf_model_equal_to_the_student(tmp_path):
     assert not torch.allclose(base, got, atol=1e-4)  # the trained student, not the base
     adapter = export_student(trainer.out, tmp_path / "adapter")
     assert (adapter / "adapter_config.json").is_file()
+
+
+def test_signal_rows_skip_rows_without_gradient():
+    from lopd.trainer import signal_rows
+
+    active = torch.tensor([True, True, False, True, True])
+    assert signal_rows(active, None) == [0, 1, 3, 4]
+    advantages = torch.tensor([0.7, -0.7, 0.5, 0.0, 0.0])
+    assert signal_rows(torch.ones(5, dtype=torch.bool), advantages) == [0, 1, 2]
+    assert signal_rows(active, advantages) == [0, 1]
+
+
+def test_grpo_skips_groups_without_advantage_and_keeps_the_gradient(tmp_path, monkeypatch):
+    """A group whose rollouts all scored the same has zero advantages: its rows are not
+    forwarded, and the packed micro-batches give the gradient of running every row."""
+    import lopd.trainer as trainer_module
+    from lopd.reference import reference_trajectory
+
+    trainer = Trainer(_config(tmp_path, "grpo", **{"optim.tasks_per_step": 3}))
+    rt = trainer.rt
+    trajs = rt.rollout(trainer.sample_tasks(0), 0)
+    first = trajs[0]
+    trajs[0] = reference_trajectory(first.task, rt.renderer)  # only group 0 has a success
+    trajs[0].group = first.group
+    rewards = {t.group: set() for t in trajs}
+    for traj in trajs:
+        rewards[traj.group].add(traj.reward)
+    assert sum(len(r) > 1 for r in rewards.values()) == 1  # one group with signal, two without
+    rt.optimizer_step = lambda: None  # keep the gradients of one update
+    forwards = []
+    student_logits = rt.student_logits
+    rt.student_logits = lambda batch: forwards.append(batch.input_ids.shape[0]) or student_logits(batch)
+    seen = {}
+    for skip in (False, True):
+        if not skip:
+            monkeypatch.setattr(trainer_module, "signal_rows",
+                                lambda active, advantages: list(range(len(active))))
+        else:
+            monkeypatch.undo()
+        forwards.clear()
+        terms, _ = trainer.update(trajs, None, {})
+        seen[skip] = ([p.grad.clone() for p in rt.student_parameters()], list(forwards), terms)
+    assert sum(seen[False][1]) == len(trajs) and sum(seen[True][1]) == 2
+    assert float(seen[True][2].distill) == float(seen[False][2].distill) == 0.0
+    assert any(g.abs().sum() > 0 for g in seen[True][0])
+    for a, b in zip(seen[True][0], seen[False][0], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
