@@ -2,7 +2,9 @@
 
 A checkpoint is a directory ``RUN/checkpoints/step-NNNNNN`` holding one entry per part
 (``student/`` as a PEFT adapter or full HF directory, ``composer/``, ``optim.pt``,
-``state.json``, ``rng.pt``, ``config.yaml``). It is written under a temporary name, every file
+``state.json``, ``rng.pt``, ``config.yaml``). Under ``dist.strategy=fsdp`` ``student/`` and
+``student_optim/`` hold every process's shards instead (``torch.distributed.checkpoint``,
+``lopd.fsdp``); export turns them back into a plain HF model directory. It is written under a temporary name, every file
 is flushed to disk, and it is renamed into place only when complete (``lopd.atomic``), so a
 run killed mid-write never leaves a checkpoint that looks valid. Its ``COMPLETE`` marker lists
 every file with its size: a checkpoint damaged later (a file missing or truncated) is
@@ -15,13 +17,14 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from lopd import distributed
 from lopd.atomic import remove_temporaries, replace_dir
 
 _PREFIX = "step-"
@@ -39,24 +42,38 @@ def _manifest(folder: Path) -> dict[str, int]:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, parts: dict[str, Callable[[Path], None]],
-                    keep: int = 2) -> Path:
-    """Write every part (``writer(path)``) into a new checkpoint atomically; prune old ones."""
+                    keep: int = 2, shared: Sequence[Callable[[Path], None]] = ()) -> Path:
+    """Write every part (``writer(path)``) into a new checkpoint atomically; prune old ones.
+
+    Without ``shared`` the main process alone calls this. With ``shared`` (writers that every
+    process runs on the checkpoint directory: sharded weights, ``lopd.fsdp``) all processes
+    call it; the main process makes the directory, writes ``parts`` and the marker after the
+    shared writers returned, and renames it into place."""
+    main = distributed.is_main()
     root = checkpoint_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(root)  # leftovers of a write that was killed
     final = root / f"{_PREFIX}{step:06d}"
     tmp = root / f".tmp-{final.name}"
-    tmp.mkdir()
+    if main:
+        root.mkdir(parents=True, exist_ok=True)
+        remove_temporaries(root)  # leftovers of a write that was killed
+        tmp.mkdir()
+    if shared:
+        distributed.barrier()
     try:
-        for name, writer in parts.items():
-            writer(tmp / name)
-        (tmp / _DONE).write_text(json.dumps({"files": _manifest(tmp)}) + "\n")
+        for writer in shared:
+            writer(tmp)
+        if main:
+            for name, writer in parts.items():
+                writer(tmp / name)
+            (tmp / _DONE).write_text(json.dumps({"files": _manifest(tmp)}) + "\n")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    replace_dir(final, tmp)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if main:
+        replace_dir(final, tmp)
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -122,18 +139,20 @@ def export_student(run_dir: str | Path, out: str | Path, merge: bool = False) ->
 
     With ``merge``, a LoRA student is merged into its base -- warm start (``model.init_adapter``)
     included, merged first as in training -- and saved as a full HF model that
-    ``AutoModelForCausalLM.from_pretrained(out)`` loads without lopd. Without ``merge`` a LoRA
-    student is written as its PEFT adapter; when the run had a warm start, that adapter is a
+    ``AutoModelForCausalLM.from_pretrained(out)`` loads without lopd; a sharded student
+    (``dist.strategy=fsdp``) is read into one process and saved the same way. Without
+    ``merge`` a LoRA student is written as its PEFT adapter; when the run had a warm start, that adapter is a
     delta on the *warm-started* base, which ``OUT/lopd_base.json`` names.
     """
     import json
 
+    from lopd.fsdp import is_sharded_dir
     from lopd.policy import load_run_policy, run_config, run_student_dir
 
     student, out = run_student_dir(run_dir), Path(out)
     is_adapter = (student / "adapter_config.json").is_file()
     shutil.rmtree(out, ignore_errors=True)
-    if is_adapter and merge:
+    if is_adapter and merge or is_sharded_dir(student):
         merged, tokenizer = load_run_policy(run_dir, dtype="fp32", device="cpu")
         merged.save_pretrained(out)
         tokenizer.save_pretrained(out)

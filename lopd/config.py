@@ -225,6 +225,18 @@ class RunConfig:
 
 
 @dataclass
+class DistConfig:
+    strategy: str = "auto"
+    """How `accelerate launch` processes share the work. ddp: each holds the whole model and
+    optimiser state, gradients averaged (lopd.distributed). fsdp: full fine-tuning
+    (model.student=full) with the student, its optimiser state and the frozen teacher copy
+    sharded across processes, fp32 master weights and bf16 compute on GPUs (lopd.fsdp; needs
+    optim.tasks_per_step a multiple of the processes). auto: fsdp when launched with an
+    accelerate FSDP config (configs/accelerate/8gpu-full-fsdp.yaml), else ddp. See
+    docs/sharding.md."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -232,6 +244,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -347,6 +360,11 @@ def validate(config: Config) -> Config:
         (config.run.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1"),
         (config.run.checkpoint_every >= 1, "run.checkpoint_every", ">= 1"),
         (config.run.eval_every >= 0, "run.eval_every", ">= 0"),
+        (config.dist.strategy in ("auto", "ddp", "fsdp"), "dist.strategy", "auto, ddp or fsdp"),
+        (config.dist.strategy != "fsdp" or config.model.student == "full", "model.student",
+         "full with dist.strategy=fsdp (a LoRA student runs with dist.strategy=ddp)"),
+        (config.dist.strategy != "fsdp" or config.optim.composer_recompute,
+         "optim.composer_recompute", "true with dist.strategy=fsdp"),
     ]
     for ok, name, expected in checks:
         if not ok:

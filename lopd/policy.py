@@ -58,5 +58,9 @@ def load_run_policy(run_dir: str | Path, dtype: str = "auto", device: str = "aut
     if (student / "adapter_config.json").is_file():
         return load_policy(config["name"], str(student), dtype, device,
                            init_adapter=config.get("init_adapter", ""))
+    from lopd.fsdp import is_sharded_dir, load_sharded_policy
+
+    if is_sharded_dir(student):  # dist.strategy=fsdp: every process's shards
+        return load_sharded_policy(config, student, dtype, device)
     # full fine-tuning: the checkpoint holds the whole student (warm start already in it)
     return load_model(str(student), dtype=dtype, device=device)

@@ -53,6 +53,7 @@ class Runtime:
     transcripts: Any = None
     student_opt: Any = None
     composer_opt: Any = None
+    sharded: bool = False  # dist.strategy=fsdp: student and teacher copy sharded (lopd.fsdp)
 
     @property
     def pad_id(self) -> int:
@@ -73,6 +74,8 @@ class Runtime:
         from lopd.prefix import sharing_pays_off
 
         setting = self.config.optim.share_prefix
+        if self.sharded:  # the number of prefix segments depends on the data (lopd.fsdp)
+            return False
         return sharing_pays_off(self.device) if setting == "auto" else setting == "true"
 
     def checkpointing(self):
@@ -136,8 +139,19 @@ class Runtime:
         envs, groups = make_group_envs(tasks, cfg.optim.group_size, make_env,
                                        cfg.rollout.max_steps, seed=step)
         self.model.eval()
-        return run_episodes(envs, self.backend(), self.renderer, cfg.rollout,
-                            seed=cfg.run.seed * 1_000_003 + step, groups=groups)
+        with self.whole(self.model):
+            return run_episodes(envs, self.backend(), self.renderer, cfg.rollout,
+                                seed=cfg.run.seed * 1_000_003 + step, groups=groups)
+
+    def whole(self, *models):
+        """Under ``dist.strategy=fsdp``, ``models`` gathered whole for the block, so that
+        data-dependent forwards (generation, the composer's encoder) need no collective
+        (``lopd.fsdp.gathered``); otherwise nothing happens. All processes enter it."""
+        if not self.sharded:
+            return nullcontext()
+        from lopd.fsdp import gathered
+
+        return gathered(*models)
 
     def update_bank(self, trajs: list[Trajectory], step: int) -> None:
         """Successful rollouts join the experience bank (LOPD) and feed the skill library."""
@@ -235,7 +249,8 @@ class Runtime:
         return float(anchor.detach())
 
     def optimizer_step(self) -> None:
-        distributed.sync_gradients(self.student_parameters())
+        if not self.sharded:  # FSDP reduce-scatters the student's gradients itself
+            distributed.sync_gradients(self.student_parameters())
         if self.composer_opt is not None:
             distributed.sync_gradients(self.composer.trainable_parameters())
         clip = self.config.optim.grad_clip
@@ -271,7 +286,7 @@ class Runtime:
             self.tokenizer.save_pretrained(path)
 
         def optim(path: Path) -> None:
-            torch.save({"student": self.student_opt.state_dict(),
+            torch.save({"student": None if self.sharded else self.student_opt.state_dict(),
                         "composer": self.composer_opt.state_dict() if self.composer_opt else None},
                        path)
 
@@ -285,7 +300,14 @@ class Runtime:
         }
         if self.composer is not None:
             parts["composer"] = lambda p: self.composer.save(p)
-        return save_checkpoint(self.out, step, parts, keep=self.config.run.keep_checkpoints)
+        shared = []
+        if self.sharded:  # every process writes its shards of the student and its optimiser
+            from lopd.fsdp import save_student
+
+            del parts["student"]
+            shared.append(lambda folder: save_student(self.model, self.student_opt, folder))
+        return save_checkpoint(self.out, step, parts, keep=self.config.run.keep_checkpoints,
+                               shared=shared)
 
     def restore(self) -> tuple[int, int, float, list[float]]:
         """Load the newest intact checkpoint (a damaged one is reported in one line and the
@@ -317,11 +339,17 @@ class Runtime:
     def _load_checkpoint(self, checkpoint: Path) -> dict:
         """Student, composer, optimisers and RNG streams from ``checkpoint``; its state.json."""
         state = json.loads((checkpoint / "state.json").read_text())
-        self._load_student(checkpoint / "student")
+        if self.sharded:
+            from lopd.fsdp import load_student
+
+            load_student(self.model, self.student_opt, checkpoint)
+        else:
+            self._load_student(checkpoint / "student")
         if self.composer is not None:
             self.composer.load(checkpoint / "composer")
         optim = torch.load(checkpoint / "optim.pt", weights_only=False, map_location="cpu")
-        self.student_opt.load_state_dict(optim["student"])
+        if not self.sharded:
+            self.student_opt.load_state_dict(optim["student"])
         if self.composer_opt is not None and optim["composer"] is not None:
             self.composer_opt.load_state_dict(optim["composer"])
         set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
@@ -423,8 +451,12 @@ def build_runtime(config: Config, out: Path) -> Runtime:
     from lopd.chat import ChatRenderer
     from lopd.envs import check_references, load_suite
     from lopd.framing import LatentPlacement
+    from lopd.fsdp import check, resolve_strategy, shard_runtime
     from lopd.method_parts import attach_demos, attach_latent
 
+    sharded = resolve_strategy(config.dist.strategy) == "fsdp"
+    if sharded:
+        check(config)
     model, tokenizer, teacher = _build_model(config)
     train_tasks = load_suite(config.data.train_suite, n=config.data.max_train_tasks or None)
     check_references(config.method.name, train_tasks, config.data.train_suite)
@@ -441,6 +473,8 @@ def build_runtime(config: Config, out: Path) -> Runtime:
         from lopd.skills import SkillLibrary
 
         rt.skills = SkillLibrary(out / "skills.sqlite", rt, config.method.num_experiences)
+    if sharded:  # before the optimiser is made, so that its moments are sharded too
+        shard_runtime(rt)
     params = rt.student_parameters()
     rt.student_opt = torch.optim.AdamW(params, lr=config.optim.student_lr,
                                        weight_decay=config.optim.weight_decay)

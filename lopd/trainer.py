@@ -106,7 +106,8 @@ class Trainer:
         self.rt.update_bank(trajs, step)
 
         mark = time.perf_counter()
-        context = self.rt.context(trajs, step) if self.config.method.name != "grpo" else None
+        with self.rt.whole(self.composer_backbone()):
+            context = self.rt.context(trajs, step) if self.config.method.name != "grpo" else None
         timings["compose"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
@@ -138,9 +139,15 @@ class Trainer:
             advantages = losses.group_advantages(rewards, groups).to(device)
         with rt.checkpointing():
             total = self._accumulate(trajs, context, leaf, active, advantages, timings)
-            anchor = rt.composer_backward(context, leaf) if leaf is not None else 0.0
+            with rt.whole(self.composer_backbone()):
+                anchor = rt.composer_backward(context, leaf) if leaf is not None else 0.0
         rt.optimizer_step()
         return total, anchor
+
+    def composer_backbone(self):
+        """The frozen model the composer encodes with, when it is a sharded teacher copy (its
+        data-dependent forwards then run on gathered weights, ``Runtime.whole``)."""
+        return self.rt.teacher_model if self.rt.composer is not None else None
 
     def _accumulate(self, trajs, context, leaf, active, advantages, timings) -> LossTerms:
         """Forward + backward of every micro-batch (gradients add up); the summed terms."""
@@ -149,14 +156,15 @@ class Trainer:
         rows_in_step = int(active.sum())
         total = LossTerms(objective=torch.zeros(()))
         step_size = cfg.optim.micro_batch
-        carrying = signal_rows(active, advantages)
+        lockstep = rt.sharded  # FSDP: every process runs every micro-batch (lopd.fsdp)
+        carrying = list(range(len(trajs))) if lockstep else signal_rows(active, advantages)
         for start in range(0, len(carrying), step_size):
             rows = carrying[start:start + step_size]
             batch = collate([trajs[r] for r in rows], rt.pad_id).to(device)
             targets = batch.targets[batch.target_mask]
             row_of = batch.target_mask.nonzero()[:, 0]
             with rt.autocast():
-                student = rt.student_logits(batch)
+                student, teacher = rt.student_logits(batch), None
                 if method == "grpo":
                     terms = grpo_micro_loss(student, targets, row_of, advantages[rows],
                                             rows_in_step, cfg.method.clip_eps)
@@ -168,7 +176,9 @@ class Trainer:
                     terms = distill_loss(method, student, teacher, targets, row_of,
                                          active[rows], signal, self.beta, rows_in_step,
                                          cfg.method.top_m, cfg.method.jsd_beta)
-            if terms.rows:
+            if lockstep:  # both models run their backward (and collectives), signal or not
+                terms.objective = terms.objective + _zero_term(student, teacher)
+            if terms.rows or lockstep:
                 terms.objective.backward()
             total.distill += terms.distill
             total.delta += terms.delta
@@ -205,16 +215,17 @@ class Trainer:
 
     def checkpoint(self) -> Path | None:
         path = None
-        if self.main:
+        if self.main or self.rt.sharded:  # sharded: every process writes its shards
             path = self.rt.save(self.step, self.rollouts, self.beta, self.beta_history)
         distributed.barrier()
         return path
 
     def evaluate(self) -> dict:
-        """Held-out evaluation (main process only)."""
+        """Held-out evaluation (main process only; the others help gather a sharded student)."""
+        with self.rt.whole(self.rt.model):
+            summary = self.rt.evaluate() if self.main else {}
         if not self.main:
             return {}
-        summary = self.rt.evaluate()
         record = {"step": self.step, "rollouts": self.rollouts, **{
             f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}}
         self.log(record)
@@ -252,6 +263,13 @@ class Trainer:
                 if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.optim.steps:
                     self.checkpoint()
         return history
+
+
+def _zero_term(*outputs: torch.Tensor | None) -> torch.Tensor:
+    """Zero times every differentiable output: no gradient changes, but each model that made
+    one takes part in the backward."""
+    return sum((out.sum() * 0.0 for out in outputs if out is not None and out.requires_grad),
+               torch.zeros(()))
 
 
 def signal_rows(active: torch.Tensor, advantages: torch.Tensor | None) -> list[int]:
