@@ -12,20 +12,24 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def find_task(task_id: str):
-    """The task with this id, searched in the suite its id names (tw-/code-/humaneval/bfcl)."""
+def find_task(task_id: str, run_suites: tuple[str, ...] = ()):
+    """The task with this id: searched first in the run's own suites (``data.eval_suite``,
+    ``data.train_suite``: built-in names, task files or plugins alike), then in the built-in
+    suite its id names (tw-/code-/humaneval/bfcl)."""
     from lopd.envs import SUITES, load_suite
 
     if task_id.startswith("tw-"):
         split = task_id.split("-")[1]
-        suites = [f"toolworld-{split}"]
+        built_in = [f"toolworld-{split}"]
     else:
-        suites = [s for s in SUITES if not s.startswith("toolworld")]
-    for suite in suites:
+        built_in = [s for s in SUITES if not s.startswith("toolworld")]
+    searched = list(dict.fromkeys([*run_suites, *built_in]))
+    for suite in searched:
         for task in load_suite(suite):
             if task.id == task_id:
                 return task
-    raise KeyError(f"no task with id {task_id!r} (ToolWorld ids look like tw-test-banking-3)")
+    raise KeyError(f"no task with id {task_id!r} in {', '.join(searched)} "
+                   "(ToolWorld ids look like tw-test-banking-3)")
 
 
 def inspect_run(run_dir: str, task_id: str, out: str = "") -> Path:
@@ -46,7 +50,7 @@ def inspect_run(run_dir: str, task_id: str, out: str = "") -> Path:
     if checkpoint is not None:
         load_adapter_weights(rt.model, checkpoint / "student", "default")
         rt.composer.load(checkpoint / "composer")
-    task = find_task(task_id)
+    task = find_task(task_id, (config.data.eval_suite, config.data.train_suite))
     experiences = rt.provider.retrieve_texts([task], step=None)[0]
     from lopd.envs import make_env
 

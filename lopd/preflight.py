@@ -170,14 +170,15 @@ def check_inspect(args: argparse.Namespace) -> None:
     import yaml
 
     folder = check_run_dir(args.run)
-    method = (yaml.safe_load((folder / "config.yaml").read_text()) or {}).get("method", {})
+    saved = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    method, data = saved.get("method", {}), saved.get("data", {})
     if method.get("name", "lopd") != "lopd":
         raise InputError(f"--run: {args.run} is a {method.get('name')} run; inspect needs a "
                          "LOPD run")
     from lopd.inspect_run import find_task
 
     try:
-        find_task(args.task)
+        find_task(args.task, tuple(data[k] for k in ("eval_suite", "train_suite") if k in data))
     except KeyError as error:
         raise InputError(f"--task: {error.args[0]}") from None
     if args.out:

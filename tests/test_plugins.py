@@ -203,3 +203,22 @@ def test_every_method_trains_on_a_plugin_env(tmp_path, plugin, method):
     assert len(history) == 2 and sum(row["signal_rows"] for row in history) > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.rt.student_parameters()))
     assert all(t.metadata["env"] == "plugin" for t in trainer.rt.train_tasks)
+
+
+def test_inspect_finds_a_plugin_task_of_the_run(tmp_path, plugin):
+    """`lopd inspect` looks tasks up in the run's own suites, so plugin and task-file tasks work."""
+    import argparse
+
+    from lopd.inspect_run import inspect_run
+    from lopd.preflight import check_inspect
+    from lopd.trainer import Trainer
+
+    config = _config(tmp_path, plugin, "lopd")
+    config.optim.steps = 1
+    trainer = Trainer(config)
+    trainer.fit()
+    task_id = trainer.rt.eval_tasks[0].id
+    assert not task_id.startswith(("tw-", "code-"))
+    check_inspect(argparse.Namespace(run=str(config.run.out_dir), task=task_id, out=""))
+    out = inspect_run(str(config.run.out_dir), task_id, str(tmp_path / "view"))
+    assert (out / "inspect.html").is_file() and (out / "inspect.json").is_file()
