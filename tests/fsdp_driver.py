@@ -14,6 +14,7 @@ composer after the update. A sharded run then writes its sharded checkpoint.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -46,9 +47,10 @@ def student_state(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.rt.model.state_dict().items()}
 
 
-def sharpen_student() -> None:
-    """``lopd.runtime._build_model`` wrapped: the student's output matrix times 20 (the
-    frozen teacher copy is made before, from the untouched weights)."""
+@contextmanager
+def sharpened_student():
+    """``lopd.runtime._build_model`` wrapped for the block: the student's output matrix times
+    20 (the frozen teacher copy is made before, from the untouched weights)."""
     import lopd.runtime
 
     build = lopd.runtime._build_model
@@ -60,22 +62,27 @@ def sharpen_student() -> None:
         return model, tokenizer, teacher
 
     lopd.runtime._build_model = sharpened
+    try:
+        yield
+    finally:
+        lopd.runtime._build_model = build
 
 
 def main(out: str, overrides: list[str]) -> None:
     config = load_config(None, [*overrides, f"run.out_dir={out}"])
-    sharpen_student()
-    trainer = Trainer(config)
+    with sharpened_student():
+        trainer = Trainer(config)
     trainer.rt.rollout = fixed_rollouts(trainer)
     trainer.rt.update_bank = lambda trajs, step: None
+    before = student_state(trainer)
     metrics = trainer.train_step(0)
     losses = {key: distributed.mean_scalar(metrics[key]) for key in ("distill", "anchor")}
     losses.update(delta=metrics["delta"], beta=metrics["beta"])
     student = student_state(trainer)
     composer = {k: v.detach().clone() for k, v in trainer.rt.composer.state_dict().items()}
     if trainer.main:
-        torch.save({"losses": losses, "student": student, "composer": composer},
-                   Path(out) / "result.pt")
+        torch.save({"losses": losses, "before": before, "student": student,
+                    "composer": composer}, Path(out) / "result.pt")
     trainer.step = 1
     trainer.checkpoint()
 
