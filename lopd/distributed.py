@@ -1,13 +1,18 @@
 """Data parallelism under `accelerate launch` (DDP-style, any backend: gloo on CPU, NCCL on GPU).
 
-``accelerate launch --num_processes 2 --cpu -m lopd.cli train ...`` starts one trainer per
-process. Every process draws the same step's tasks from the shared (seed, step) stream and
+``accelerate launch --config_file configs/accelerate/8gpu-lora.yaml -m lopd.cli train ...`` (or
+``torchrun --nproc_per_node N -m lopd.cli train ...``; on a CPU, ``accelerate launch --cpu``
+starts a single process) starts one trainer per process. Every process draws the same step's tasks from the shared (seed, step) stream and
 keeps its own slice (``shard``); each rolls out, scores and back-propagates its slice, then
 gradients are averaged across processes (``all_reduce_mean``) before the optimiser step, so
 all replicas stay identical. The dual variable steps on the global mean of Delta. Successful
 rollouts of every process go into the one SQLite bank (WAL allows concurrent writers; the
 retriever re-syncs each step). Only the main process writes metrics, checkpoints and the cold
 start; the others wait at a barrier and load what it wrote.
+
+This is ``dist.strategy=ddp``. Under ``dist.strategy=fsdp`` (``lopd.fsdp``) the student and the
+frozen teacher copy are sharded instead; the task shares, the bank, the dual step, the
+composer's gradient average and the main process's bookkeeping stay as described here.
 
 Simplification: the step loss is normalised per process and then averaged, which equals the
 global per-trajectory mean when processes hold equally many trajectories with signal.
