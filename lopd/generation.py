@@ -21,6 +21,18 @@ CPU it is much faster than ``model.generate()`` and gives the same greedy output
   paddings and position ids that count real tokens, so each row computes what an unpadded
   run would (up to float rounding). Only the latest call's sequences are kept, at most
   ``max_cached_tokens`` of them.
+- sync points (``sync_every``, 1 on a CPU, 8 elsewhere): on a GPU, reading each step's token
+  back to the host stalls the device every step. With ``sync_every = N > 1`` tokens are sampled
+  on the device (``sample_rows``, a device generator) and read back once every N steps. A row
+  that samples a stop id is marked done on the device and stays in the batch until the next
+  sync point: its stop id, then the pad id, are fed with 0 in the attention mask, so its KV
+  gains only masked positions and the other rows compute what they would without it. At the sync point the
+  outputs are cut at each row's first stop id and finished rows leave the batch; the prefix
+  cache stores their real positions only (it reads the attention mask), as stepwise decoding
+  does. Greedy outputs and the prefix cache are those of ``N = 1``. Sampled draws differ from
+  ``N = 1`` once a row stops early: ``N = 1`` draws noise for the rows still decoding (the
+  stream of earlier versions), ``N > 1`` for every row of the call, so a row's draws do not
+  depend on when the others leave and every ``N > 1`` samples the same tokens.
 
 The ``GenerationBackend`` protocol is the seam for other engines (vLLM on GPUs): anything with
 ``generate(prompts, params) -> list[list[int]]`` can drive the rollout engine.
@@ -140,16 +152,9 @@ class GenerationBackend(Protocol):
         ...
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
-                generator: torch.Generator | None, top_k: int = 0) -> torch.Tensor:
-    """Sample one token per row from ``logits (B, V)``; greedy when ``temperature == 0``.
-
-    Filters apply in the usual order: temperature, then top-k (the ``top_k`` largest logits
-    stay; 0 = off), then top-p (the smallest set of the remaining tokens whose probability
-    reaches ``top_p``; 1 = off).
-    """
-    if temperature <= 0:
-        return logits.argmax(dim=-1)
+def _probabilities(logits: torch.Tensor, temperature: float, top_p: float,
+                   top_k: int) -> torch.Tensor:
+    """``softmax(logits / temperature)`` over ``(B, V)``, restricted to the top-k then top-p set."""
     logits = logits.float() / temperature
     if 0 < top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
@@ -160,7 +165,40 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
         keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # always keeps the top token
         sorted_probs = sorted_probs * keep
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return probs
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None, top_k: int = 0) -> torch.Tensor:
+    """Sample one token per row from ``logits (B, V)``; greedy when ``temperature == 0``.
+
+    Filters apply in the usual order: temperature, then top-k (the ``top_k`` largest logits
+    stay; 0 = off), then top-p (the smallest set of the remaining tokens whose probability
+    reaches ``top_p``; 1 = off).
+    """
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = _probabilities(logits, temperature, top_p, top_k)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_rows(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+                rows: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """``sample_next`` without reading anything back to the host, each row's draw independent
+    of which other rows are still in the batch.
+
+    ``rows (B,)``: the original row (of ``num_rows``) of each batch row. Every step draws
+    exponential noise ``E (num_rows, V)`` and batch row ``b`` takes ``argmax(p_b / E[rows[b]])``,
+    a sample from ``p_b`` (the exponential race that ``torch.multinomial`` runs for one sample,
+    without its validity check, which reads a flag back from the device). With ``rows =
+    arange(num_rows)`` it draws exactly what ``sample_next`` does from the same generator.
+    """
+    if params.temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = _probabilities(logits, params.temperature, params.top_p, params.top_k)
+    noise = torch.empty((num_rows, probs.shape[-1]), device=probs.device)
+    noise.exponential_(1, generator=generator)
+    return (probs / noise[rows]).argmax(dim=-1)
 
 
 class HFBackend:
@@ -169,11 +207,15 @@ class HFBackend:
     The prefix cache assumes the model computes the same function between calls: it is cleared
     when a parameter changes in place (optimizer step, merge) or the active adapter changes;
     call ``reset_prefix_cache()`` after any other change (``disable_adapter()``, say).
+
+    ``sync_every``: steps between two reads of the sampled tokens back to the host (None: 1 on
+    a CPU, where that read costs nothing and the sampled stream stays that of earlier versions;
+    8 on other devices). See "sync points" in the module docstring.
     """
 
     def __init__(self, model, stop_ids: set[int], pad_id: int, autocast: bool = False,
                  prefix_cache: bool = True, max_cached_tokens: int = 131_072,
-                 preallocate: bool = True):
+                 preallocate: bool = True, sync_every: int | None = None):
         self.model = model
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long)
         self.pad_id = pad_id
@@ -182,6 +224,11 @@ class HFBackend:
         self.max_cached_tokens = max_cached_tokens
         self.preallocate = preallocate and _full_attention_only(model)
         self.device = next(model.parameters()).device
+        if sync_every is None:  # the host is the device on a CPU: nothing to save there
+            sync_every = 1 if self.device.type == "cpu" else 8
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.sync_every = sync_every
         # transformers 5.x names the KV cache argument `cache`; 4.x called it `past_key_values`.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(base.forward).parameters
@@ -327,7 +374,6 @@ class HFBackend:
             raise ValueError("every prompt needs at least one token")
         if self._weights_fingerprint() != self._fingerprint:
             self.reset_prefix_cache()  # the weights changed: stored KV is stale
-        generator = torch.Generator(device="cpu").manual_seed(params.seed)
         first_of: dict[tuple[int, ...], int] = {}
         unique = [first_of.setdefault(tuple(p), len(first_of)) for p in prompts]
         if self.prefix_cache and len(first_of) > 1:
@@ -338,37 +384,75 @@ class HFBackend:
             expand = torch.tensor(unique, device=self.device)
             cache.batch_select_indices(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
+        return self._decode(prompts, params, logits, cache, attention, positions)
+
+    def _decode(self, prompts, params: SamplingParams, logits, cache, attention, positions):
+        """Sample up to ``params.max_new_tokens`` per row after the prefill (module docstring,
+        "sync points"); leaves the prefix cache holding this call's sequences."""
+        stepwise = self.sync_every == 1
+        # stepwise: the tokens go to the host at every step anyway, so they are sampled there
+        generator = torch.Generator(device="cpu" if stepwise else self.device)
+        generator.manual_seed(params.seed)
+        stop_ids = self.stop_ids.to(self.device)
         outputs: list[list[int]] = [[] for _ in prompts]
         alive = torch.arange(len(prompts))  # original row of each batch row
-        stop_ids = self.stop_ids.to(self.device)
+        rows = alive.to(self.device)
+        done = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)  # (B,) stopped
+        window: list[torch.Tensor] = []  # (B,) tokens of each step since the last sync point
         fresh: dict[tuple[int, ...], torch.Tensor] = {}  # the prefix cache after this call
+        rest: list[int] = []  # batch rows still decoding when the budget runs out
 
-        def store(batch_rows: torch.Tensor) -> None:  # reads the loop's current cache/attention
-            rows = alive[batch_rows.cpu()].tolist()  # the cache lacks the last sampled token
-            self._store(fresh, cache, attention, batch_rows.tolist(),
-                        [list(prompts[r]) + outputs[r] for r in rows])
+        def store(batch_rows: list[int]) -> None:  # reads the loop's current cache/attention
+            sequences = [list(prompts[r]) + outputs[r] for r in alive[batch_rows].tolist()]
+            self._store(fresh, cache, attention, batch_rows, sequences)  # cache lacks the last
 
         for step in range(params.max_new_tokens):
-            tokens = sample_next(logits.cpu(), params.temperature, params.top_p, generator,
-                                 params.top_k)
-            for row, token in zip(alive.tolist(), tokens.tolist()):
-                outputs[row].append(token)
-            if step == params.max_new_tokens - 1:
-                break  # the budget is spent: no need to feed the last token back
-            keep = ~torch.isin(tokens.to(self.device), stop_ids)
-            if not keep.all():
-                store((~keep).nonzero().squeeze(-1))
-                index = keep.nonzero().squeeze(-1)
-                if not keep.any():
-                    alive = alive[:0]
+            if stepwise:
+                tokens = sample_next(logits.cpu(), params.temperature, params.top_p, generator,
+                                     params.top_k).to(self.device)
+            else:
+                tokens = sample_rows(logits, params, generator, rows, len(prompts))
+            tokens = tokens.masked_fill(done, self.pad_id)  # (B,)
+            window.append(tokens)
+            done = done | torch.isin(tokens, stop_ids)
+            last = step == params.max_new_tokens - 1
+            if not last and (step + 1) % self.sync_every:
+                attention = torch.cat([attention, (~done)[:, None].to(attention.dtype)], dim=-1)
+            else:  # a sync point: the one read of the window back to the host
+                stopped = self._collect(outputs, alive, torch.stack(window, dim=1))
+                finished = [b for end, b in stopped if not last or end < len(window) - 1]
+                window = []
+                if last:  # the budget is spent: no need to feed the last token back
+                    store(finished)
+                    rest = sorted(set(range(len(alive))) - set(finished))  # in batch order
                     break
-                cache.batch_select_indices(index)
-                alive, tokens = alive[index.cpu()], tokens[index.cpu()]
-                attention, positions = attention[index], positions[index]
-            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
+                if finished:
+                    store(finished)
+                    index = sorted(set(range(len(alive))) - set(finished))
+                    if not index:
+                        break
+                    alive = alive[index]
+                    index = torch.tensor(index, device=self.device)
+                    cache.batch_select_indices(index)
+                    attention, positions = attention[index], positions[index]
+                    tokens, rows, done = tokens[index], rows[index], done[index]
+                attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
             positions = positions[:, -1:] + 1
-            logits, cache = self._forward(tokens.view(-1, 1).to(self.device), attention,
-                                          positions, cache)
-        store(torch.arange(len(alive)))
+            logits, cache = self._forward(tokens.view(-1, 1), attention, positions, cache)
+        store(rest)  # as stepwise decoding stores them
         self._entries = fresh
         return outputs
+
+    def _collect(self, outputs: list[list[int]], alive: torch.Tensor,
+                 window: torch.Tensor) -> list[tuple[int, int]]:
+        """Append each batch row's tokens of ``window (B, steps)`` to its output, up to and
+        including its first stop id. Returns (step in the window, batch row) of the rows that
+        stopped, in the order stepwise decoding meets them (by step, then by row)."""
+        stops = set(self.stop_ids.tolist())
+        finished = []
+        for b, (row, tokens) in enumerate(zip(alive.tolist(), window.tolist())):
+            end = next((i for i, t in enumerate(tokens) if t in stops), None)
+            outputs[row].extend(tokens if end is None else tokens[:end + 1])
+            if end is not None:
+                finished.append((end, b))
+        return sorted(finished)

@@ -1,12 +1,13 @@
 """The hand-written decode loop matches transformers' generate() and handles ragged batches."""
 
+import functools
 import json
 
 import pytest
 import torch
 
 from lopd.chat import ChatRenderer, parse_tool_calls
-from lopd.generation import HFBackend, SamplingParams, sample_next
+from lopd.generation import HFBackend, SamplingParams, sample_next, sample_rows
 
 
 def _greedy_reference(model, prompt, max_new, stop_ids):
@@ -232,3 +233,96 @@ def test_prefix_cache_keeps_only_the_latest_call_within_its_bound(tiny):
     before = backend.reused_tokens
     backend.generate([prompts[2] + out[0]], greedy)
     assert backend.reused_tokens == before
+
+
+# -- sync points: sampling on the device, reading tokens back every `sync_every` steps ----------
+
+def test_sample_rows_draws_what_sample_next_draws_and_per_row():
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(0))
+    for temperature, top_p, top_k in ((1.0, 1.0, 0), (0.7, 0.9, 0), (1.3, 0.95, 8), (0.0, 1.0, 0)):
+        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        every = sample_rows(logits, params, torch.Generator().manual_seed(2), torch.arange(6), 6)
+        assert torch.equal(every, sample_next(logits, temperature, top_p,
+                                              torch.Generator().manual_seed(2), top_k))
+        some = torch.tensor([1, 4, 5])  # rows 0, 2, 3 have left the batch: the others draw the same
+        assert torch.equal(sample_rows(logits[some], params, torch.Generator().manual_seed(2),
+                                       some, 6), every[some])
+
+
+@pytest.fixture(scope="module")
+def varied():
+    """A 2-layer Llama with untied random weights over 256 ids: unlike ``tiny``, whose greedy
+    output repeats one token, its greedy outputs vary, so stop ids end rows at chosen steps."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         tie_word_embeddings=False, initializer_range=0.2,
+                         max_position_embeddings=512, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    prompts = [torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+               for n in (5, 9, 14, 7, 3)]
+    return model, prompts
+
+
+def test_sync_every_keeps_generate_greedy_tokens_and_the_prefix_cache(varied):
+    model, prompts = varied
+    free = [_greedy_reference(model, p, 12, {0}) for p in prompts]
+    stops = {0, free[0][5], free[2][2]}  # ends rows 0 and 2 there, the others where they occur
+    batch = prompts + [prompts[1]]
+    reference = [_greedy_reference(model, p, 12, stops) for p in batch]
+    assert len({len(r) for r in reference}) > 2 and 12 in {len(r) for r in reference}
+    second = [p + r + [7, 8, 9] for p, r in zip(batch, reference)][:4]  # + a tool message
+    second_reference = [_greedy_reference(model, p, 10, stops) for p in second]
+    greedy = SamplingParams(max_new_tokens=12, temperature=0)
+    entries = {}
+    for sync_every in (1, 4, 16):
+        backend = HFBackend(model, stops, 0, sync_every=sync_every)
+        assert backend.generate(batch, greedy) == reference
+        entries[sync_every] = {ids: kv.clone() for ids, kv in backend._entries.items()}
+        assert backend.generate(second, SamplingParams(max_new_tokens=10, temperature=0)) == \
+            second_reference
+        assert backend.reused_tokens == sum(len(p) + len(r) - 1 for p, r in
+                                            zip(batch[:4], reference[:4]))
+    assert list(entries[1]) == list(entries[4]) == list(entries[16])  # same ids, same order
+    for ids, kv in entries[1].items():  # the same real positions, the same numbers
+        torch.testing.assert_close(entries[4][ids], kv, atol=1e-5, rtol=0)
+        torch.testing.assert_close(entries[16][ids], kv, atol=1e-5, rtol=0)
+
+
+def test_sync_every_sampling_is_seeded_and_independent_of_sync_every(tiny):
+    model, tokenizer = tiny
+    renderer, prompts = _prompts(tokenizer)
+    batch = prompts + prompts[:2]
+    ragged = set(renderer.stop_ids) | set(range(3, len(tokenizer), 7))  # near-uniform: ~1/7 stops
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, top_p=0.95, seed=5)
+    runs = {}
+    for stops in ("never", "ragged"):
+        for sync_every in (1, 3, 4, 16):
+            backend = HFBackend(model, renderer.stop_ids if stops == "never" else ragged,
+                                tokenizer.pad_token_id, sync_every=sync_every)
+            runs[stops, sync_every] = backend.generate(batch, params)
+    # no row stops early: every setting draws the same noise for the same rows
+    assert runs["never", 1] == runs["never", 3] == runs["never", 4] == runs["never", 16]
+    assert all(len(o) == 20 for o in runs["never", 1])
+    # rows stop at different steps: with sync_every > 1 each row's draws are its own
+    assert runs["ragged", 3] == runs["ragged", 4] == runs["ragged", 16]
+    assert len({len(o) for o in runs["ragged", 4]}) > 2
+    assert all(o[-1] in ragged or len(o) == 20 for o in runs["ragged", 4])
+    assert all(t not in ragged for o in runs["ragged", 4] for t in o[:-1])
+
+
+@pytest.mark.parametrize("sync_every", [4, 16])
+def test_sync_every_multi_turn_rollouts_match_stepwise_decoding(tiny, sync_every, monkeypatch):
+    _, stepwise = _echo_rollouts(tiny, True)
+    monkeypatch.setattr(HFBackend, "__init__", functools.partialmethod(
+        HFBackend.__init__, sync_every=sync_every))
+    backend, synced = _echo_rollouts(tiny, True)
+    assert backend.sync_every == sync_every and backend.reused_tokens > 0
+    assert synced == stepwise
+    stops = set(range(3, len(tiny[1]), 7))
+    _, sampled = _echo_rollouts(tiny, True, temperature=1.0, extra_stops=stops)
+    _, again = _echo_rollouts(tiny, False, temperature=1.0, extra_stops=stops)
+    assert sampled == again  # with and without the prefix cache
+    assert len({len(ids) for ids in sampled}) == len(sampled)
