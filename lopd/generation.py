@@ -32,7 +32,10 @@ CPU it is much faster than ``model.generate()`` and gives the same greedy output
   does. Greedy outputs and the prefix cache are those of ``N = 1``. Sampled draws differ from
   ``N = 1`` once a row stops early: ``N = 1`` draws noise for the rows still decoding (the
   stream of earlier versions), ``N > 1`` for every row of the call, so a row's draws do not
-  depend on when the others leave and every ``N > 1`` samples the same tokens.
+  depend on when the others leave and every ``N > 1`` samples the same tokens. The decode
+  forward then gets a 4D mask (sdpa, full attention): from a 2D one, transformers reads back
+  whether any position is masked, one more wait per step. Not done: CUDA graphs and
+  ``torch.compile`` (shapes change at every sync point; no GPU measured them).
 
 The ``GenerationBackend`` protocol is the seam for other engines (vLLM on GPUs): anything with
 ``generate(prompts, params) -> list[list[int]]`` can drive the rollout engine.
@@ -229,6 +232,9 @@ class HFBackend:
         if sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
         self.sync_every = sync_every
+        config = getattr(model, "config", None)
+        self._sdpa_full_attention = _full_attention_only(model) and getattr(
+            config, "_attn_implementation", None) == "sdpa"
         # transformers 5.x names the KV cache argument `cache`; 4.x called it `past_key_values`.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         params = inspect.signature(base.forward).parameters
@@ -285,7 +291,12 @@ class HFBackend:
             attention[row, length - len(prompt):] = 1
         return ids.to(self.device), attention.to(self.device)
 
-    def _forward(self, ids, attention, positions, cache):
+    def _forward(self, ids, attention, positions, cache, mask_4d: bool = False):
+        """Last-position logits and the cache. ``mask_4d`` (one new token per row, full sdpa
+        attention): pass the mask sdpa gets, ``(B, 1, 1, T)`` booleans, so transformers does
+        not read the 2D mask back to the host to see whether it may drop it."""
+        if mask_4d and self._sdpa_full_attention:
+            attention = attention.bool()[:, None, None, :]
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             out = self.model(
                 input_ids=ids, attention_mask=attention, position_ids=positions,
@@ -438,7 +449,8 @@ class HFBackend:
                     tokens, rows, done = tokens[index], rows[index], done[index]
                 attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
             positions = positions[:, -1:] + 1
-            logits, cache = self._forward(tokens.view(-1, 1), attention, positions, cache)
+            logits, cache = self._forward(tokens.view(-1, 1), attention, positions, cache,
+                                          mask_4d=not stepwise)
         store(rest)  # as stepwise decoding stores them
         self._entries = fresh
         return outputs

@@ -279,12 +279,14 @@ def test_sync_every_keeps_generate_greedy_tokens_and_the_prefix_cache(varied):
     entries = {}
     for sync_every in (1, 4, 16):
         backend = HFBackend(model, stops, 0, sync_every=sync_every)
+        assert backend._sdpa_full_attention  # sync_every > 1 passes the 4D mask
         assert backend.generate(batch, greedy) == reference
         entries[sync_every] = {ids: kv.clone() for ids, kv in backend._entries.items()}
         assert backend.generate(second, SamplingParams(max_new_tokens=10, temperature=0)) == \
             second_reference
         assert backend.reused_tokens == sum(len(p) + len(r) - 1 for p, r in
                                             zip(batch[:4], reference[:4]))
+        assert backend.generate([batch[3]] * 2, greedy) == [reference[3]] * 2  # no padding
     assert list(entries[1]) == list(entries[4]) == list(entries[16])  # same ids, same order
     for ids, kv in entries[1].items():  # the same real positions, the same numbers
         torch.testing.assert_close(entries[4][ids], kv, atol=1e-5, rtol=0)
