@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepare import QWEN3_4B  # noqa: E402
+from prepare import QWEN3_4B
 
 SMOLLM2_135M = {  # SmolLM2-135M's published architecture
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
@@ -186,10 +186,10 @@ def bench_shape(name: str, device: str, syncs: list[int], repeats: int,
 def markdown(result: dict) -> str:
     lines = ["# Decode throughput: stepwise vs sync points", "",
              f"`{result['command']}`", "",
-             f"{result['device']}; torch {result['torch']}, transformers "
-             f"{result['transformers']}; {result['seconds']:.0f} s in all. Random weights, "
-             "fp32 under bf16 autocast (CUDA), temperature 1, top-p 1; new tokens/s = sampled "
-             "tokens / wall time of `generate()` (prefill included), median of the repeats.",
+             (f"{result['device']}; torch {result['torch']}, transformers "
+              f"{result['transformers']}; {result['seconds']:.0f} s in all. Random weights, "
+              "fp32 under bf16 autocast (CUDA), temperature 1, top-p 1; new tokens/s = sampled "
+              "tokens / wall time of `generate()` (prefill included), median of the repeats."),
              "", "| shape | rows | N (sync_every) | new tokens/s | vs N=1 | host syncs / step |",
              "|---|---|---|---|---|---|"]
     for name, shape in result["shapes"].items():
