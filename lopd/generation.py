@@ -411,7 +411,7 @@ class HFBackend:
         done = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)  # (B,) stopped
         window: list[torch.Tensor] = []  # (B,) tokens of each step since the last sync point
         fresh: dict[tuple[int, ...], torch.Tensor] = {}  # the prefix cache after this call
-        rest: list[int] = []  # batch rows still decoding when the budget runs out
+        rest = list(range(len(prompts)))  # batch rows still decoding when the loop ends
 
         def store(batch_rows: list[int]) -> None:  # reads the loop's current cache/attention
             sequences = [list(prompts[r]) + outputs[r] for r in alive[batch_rows].tolist()]
@@ -441,6 +441,7 @@ class HFBackend:
                     store(finished)
                     index = sorted(set(range(len(alive))) - set(finished))
                     if not index:
+                        rest = []
                         break
                     alive = alive[index]
                     index = torch.tensor(index, device=self.device)
