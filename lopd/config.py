@@ -211,6 +211,10 @@ class RunConfig:
     """Seed for task sampling, rollouts and initialisation."""
     threads: int = 2
     """torch CPU threads (oversubscription slows steps sharply; see DESIGN.md)."""
+    keep_freed_memory: bool = True
+    """Linux/glibc: keep the memory the process frees for its next allocations instead of
+    handing it back to the OS and faulting it in again (``lopd.allocator``). Resident memory
+    then stays near its peak after a step; false returns it."""
     deterministic: bool = False
     """Use torch's deterministic kernels (and a fixed cuBLAS workspace), so that a resumed GPU
     run repeats the uninterrupted one; CPU runs already do. Slower on GPUs."""

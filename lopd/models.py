@@ -64,9 +64,14 @@ def smollm2_gguf_path() -> Path:
 
 
 def setup_runtime(threads: int | None = None, seed: int | None = None,
-                  deterministic: bool = False) -> None:
+                  deterministic: bool = False, keep_freed_memory: bool = True) -> None:
     """Set torch's CPU thread count and seed every RNG lopd uses; with ``deterministic``,
-    torch's deterministic kernels (GPU atomics otherwise make reductions order-dependent)."""
+    torch's deterministic kernels (GPU atomics otherwise make reductions order-dependent);
+    with ``keep_freed_memory``, glibc keeps freed memory for reuse (``lopd.allocator``)."""
+    if keep_freed_memory:
+        from lopd.allocator import keep_freed_memory as keep
+
+        keep()
     if deterministic:
         # cuBLAS reads this when its first handle is made, i.e. before the first GPU matmul
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -423,7 +423,8 @@ def _build_model(config: Config):
     )
 
     setup_runtime(threads=config.run.threads, seed=config.run.seed,
-                  deterministic=config.run.deterministic)
+                  deterministic=config.run.deterministic,
+                  keep_freed_memory=config.run.keep_freed_memory)
     try:
         device = resolve_device(config.model.device)
     except ValueError as error:
