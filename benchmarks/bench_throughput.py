@@ -155,8 +155,8 @@ def run_method(args, method: str, trees: dict[str, Path], scratch: Path) -> dict
                                     scratch / f"{method}-{label}.log")
         setup = {label: w.read() for label, w in workers.items()}
         steps: dict[str, list[dict]] = {label: [] for label in workers}
-        for step in range(args.steps):  # A B, B A, A B, ...: neither always goes first
-            order = list(workers) if step % 2 == 0 else list(workers)[::-1]
+        for step in range(args.first_step, args.first_step + args.steps):  # A B, B A, ...
+            order = list(workers) if (step - args.first_step) % 2 == 0 else list(workers)[::-1]
             for label in order:
                 steps[label].append(workers[label].ask(f"step {step}"))
                 print(f"{method} {label} step {step}: {steps[label][-1]['time/total']:.1f} s",
@@ -244,6 +244,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default="grpo,lopd,sdft,skill-sd")
     parser.add_argument("--steps", type=int, default=2, help="steps per method and setting")
+    parser.add_argument("--first-step", type=int, default=0,
+                        help="index of the first step (its tasks and seeds), e.g. to repeat one")
     parser.add_argument("--baseline-ref", default="", help="git revision for the baseline's code "
                         "(default: this working tree)")
     parser.add_argument("--baseline", default="", help="overrides of the baseline setting")
