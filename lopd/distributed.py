@@ -1,9 +1,9 @@
 """Data parallelism under `accelerate launch` (DDP-style, any backend: gloo on CPU, NCCL on GPU).
 
-``accelerate launch --config_file configs/accelerate/8gpu-lora.yaml -m lopd.cli train ...`` (or
-``torchrun --nproc_per_node N -m lopd.cli train ...``; on a CPU, ``accelerate launch --cpu``
-starts a single process) starts one trainer per process. Every process draws the same step's tasks from the shared (seed, step) stream and
-keeps its own slice (``shard``); each rolls out, scores and back-propagates its slice, then
+``accelerate launch --config_file configs/accelerate/8gpu-lora.yaml -m lopd.cli train ...`` or
+``torchrun --nproc_per_node N -m lopd.cli train ...`` starts one trainer per process (on a CPU,
+use torchrun: ``accelerate launch --cpu`` starts a single process). Every process draws the
+same step's tasks from the shared (seed, step) stream and keeps its own slice (``shard``); each rolls out, scores and back-propagates its slice, then
 gradients are averaged across processes (``all_reduce_mean``) before the optimiser step, so
 all replicas stay identical. The dual variable steps on the global mean of Delta. Successful
 rollouts of every process go into the one SQLite bank (WAL allows concurrent writers; the

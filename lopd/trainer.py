@@ -188,7 +188,7 @@ class Trainer:
     def step_metrics(self, step, trajs, terms, delta, anchor, timings) -> dict:
         n = max(len(trajs), 1)
         metrics = {
-            "step": step, "rollouts": self.rollouts,
+            "step": step, "rollouts": self.rollouts, "processes": distributed.world()[1],
             "reward": sum(t.reward for t in trajs) / n,
             "success": sum(t.success for t in trajs) / n,
             "distill": terms.distill / max(terms.rows, 1), "delta": delta, "beta": self.beta,

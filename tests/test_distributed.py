@@ -1,10 +1,9 @@
-"""Two-process data parallelism under `accelerate launch --cpu` (gloo) on the tiny model."""
+"""Two-process data parallelism under torchrun (gloo) on the tiny model."""
 
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,10 +18,10 @@ def test_single_process_defaults():
 @pytest.mark.parametrize("method", ["lopd"])
 def test_two_processes_train_and_agree(tmp_path, method):
     out = tmp_path / "run"
-    launcher = Path(sys.executable).with_name("accelerate")
+    # torchrun: `accelerate launch --cpu` starts one process whatever --num_processes says
     command = [
-        str(launcher), "launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lopd.cli", "train",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "lopd.cli", "train",
         f"method.name={method}", "model.name=tiny-random", "model.dtype=fp32", "optim.steps=2",
         "optim.tasks_per_step=2", "optim.group_size=2", "rollout.max_steps=2",
         "rollout.max_new_tokens=8", "data.max_train_tasks=30", "data.eval_tasks=2",
@@ -37,5 +36,6 @@ def test_two_processes_train_and_agree(tmp_path, method):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "reward" in r]
     assert [r["step"] for r in train] == [0, 1]
+    assert all(r["processes"] == 2 for r in train)
     assert train[-1]["rollouts"] == 8  # counted over both processes: 2 tasks x 2 rollouts x 2 steps
     assert (out / "checkpoints").is_dir()
