@@ -7,7 +7,8 @@ threshold (128 KiB at first, growing up to 32 MiB) with a fresh ``mmap`` and ret
 the same size then faults every page in again and the kernel zeroes it. ``keep_freed_memory``
 turns both off for this process (``M_MMAP_MAX = 0``, ``M_TRIM_THRESHOLD`` = 1 TiB): large blocks
 come from the heap and freed ones are reused. The cost is that resident memory does not shrink
-after a peak. Measured in ``benchmarks/results/throughput.md`` (``run.keep_freed_memory``).
+after a peak. ``tests/test_allocator.py`` checks that reused blocks stop faulting; its share of
+the speed-up in ``benchmarks/results/throughput.md`` was not measured on its own.
 
 Does nothing where the C library is not glibc (macOS, musl) or on failure.
 """
