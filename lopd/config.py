@@ -67,6 +67,11 @@ class DataConfig:
     """Tasks of the eval suite used by periodic evaluation (0 = all)."""
     max_train_tasks: int = 0
     """Cap on the training pool (0 = the whole suite)."""
+    train_max_tier: int = 0
+    """Train only on tasks whose ``tier`` (task metadata; ToolWorld's difficulty, 1-5) is at
+    most this; tasks without a tier stay. 0 = every tier. A task the policy never solves gives
+    every rollout of its group the same reward, hence no GRPO signal; the held-out suite is
+    not filtered."""
 
 
 @dataclass
@@ -323,6 +328,7 @@ def validate(config: Config) -> Config:
         (_valid_device(config.model.device), "model.device", "auto, cpu, cuda or cuda:N"),
         (config.model.student in ("lora", "full"), "model.student", "lora or full"),
         (config.model.lora_r > 0, "model.lora_r", "> 0"),
+        (config.data.train_max_tier >= 0, "data.train_max_tier", ">= 0 (0 = every tier)"),
         (config.method.top_m >= 1, "method.top_m", ">= 1"),
         (config.method.num_experiences >= 1, "method.num_experiences", ">= 1"),
         (config.method.latent_tokens >= 1, "method.latent_tokens", ">= 1"),

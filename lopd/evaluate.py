@@ -26,10 +26,14 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict:
-    """Success, mean reward, behaviour means, and per-category / per-tier success."""
+    """Success (with its standard error), mean reward, behaviour means, per-category / per-tier
+    success, and each task's success (``per_task``: id -> success, averaged over a task's
+    episodes; for paired comparisons of two runs on the same tasks)."""
+    successes = [float(t.success) for t in trajectories]
     summary: dict = {
         "n": len(trajectories),
-        "success": _mean([float(t.success) for t in trajectories]),
+        "success": _mean(successes),
+        "success_se": _standard_error(successes),
         "reward": _mean([t.reward for t in trajectories]),
         "behaviour": {k: _mean([t.stats.get(k, 0.0) for t in trajectories]) for k in BEHAVIOUR_KEYS},
     }
@@ -41,7 +45,20 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
                 buckets[str(label)].append(float(traj.success))
         if len(buckets) > 1 or key == "category" and buckets:
             summary[f"by_{key}"] = {k: _mean(v) for k, v in sorted(buckets.items())}
+    per_task: dict[str, list[float]] = defaultdict(list)
+    for traj in trajectories:
+        per_task[traj.task.id].append(float(traj.success))
+    summary["per_task"] = {k: _mean(v) for k, v in per_task.items()}
     return summary
+
+
+def _standard_error(values: Sequence[float]) -> float:
+    """Standard error of the mean (sample std / sqrt(n)); 0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = _mean(values)
+    return (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
 
 
 def evaluate_tasks(

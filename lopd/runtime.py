@@ -450,7 +450,7 @@ def _build_model(config: Config):
 def build_runtime(config: Config, out: Path) -> Runtime:
     """Load the model, tasks, and the method's extra parts (composer, bank, skills, demos)."""
     from lopd.chat import ChatRenderer
-    from lopd.envs import check_references, load_suite
+    from lopd.envs import check_references, load_suite, training_pool
     from lopd.framing import LatentPlacement
     from lopd.fsdp import check, resolve_strategy, shard_runtime
     from lopd.method_parts import attach_demos, attach_latent
@@ -459,7 +459,8 @@ def build_runtime(config: Config, out: Path) -> Runtime:
     if sharded:
         check(config)
     model, tokenizer, teacher = _build_model(config)
-    train_tasks = load_suite(config.data.train_suite, n=config.data.max_train_tasks or None)
+    train_tasks = training_pool(config.data.train_suite, config.data.max_train_tasks,
+                                config.data.train_max_tier)
     check_references(config.method.name, train_tasks, config.data.train_suite)
     eval_tasks = load_suite(config.data.eval_suite, n=config.data.eval_tasks or None)
     rt = Runtime(config, out, model, tokenizer, ChatRenderer(tokenizer), train_tasks, eval_tasks,

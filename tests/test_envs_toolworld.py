@@ -212,3 +212,21 @@ def test_no_goal_check_passes_before_acting():
             for check in spec.checks:
                 if not check.guard:
                     assert not check_passes(check, spec.state, spec.state), (task.id, check)
+
+
+def test_training_pool_drops_tiers_above_the_cap_and_then_caps_the_count():
+    from collections import Counter
+
+    from lopd.config import ConfigError, load_config
+    from lopd.envs import training_pool
+
+    every = training_pool("toolworld-train")
+    easy = training_pool("toolworld-train", max_tier=2)
+    assert Counter(t.metadata["tier"] for t in easy) == Counter(
+        t.metadata["tier"] for t in every if t.metadata["tier"] <= 2)
+    assert {t.domain for t in easy} == {t.domain for t in every}  # every domain keeps tasks
+    assert [t.id for t in training_pool("toolworld-train", max_tasks=5, max_tier=1)] == \
+        [t.id for t in every if t.metadata["tier"] == 1][:5]
+    assert len(training_pool("toolworld-train", max_tasks=7)) == 7
+    with pytest.raises(ConfigError, match="data.train_max_tier"):
+        load_config(None, ["data.train_max_tier=-1"])

@@ -83,12 +83,15 @@ class Job:
     evals: dict[str, int | None]
     probe: bool
     cache_root: str
+    eval_batch: int = 32
+    """Held-out episodes generated together (greedy results do not depend on it)."""
 
     @property
     def fingerprint(self) -> str:
         """What makes two runs the same training run (the run directory and the held-out
-        suites excluded: suites asked for later are added to a finished run)."""
-        kept = [o for o in self.overrides if not o.startswith("run.out_dir=")]
+        suites and the thread count excluded: suites asked for later are added to a finished
+        run, and a run may resume with another thread count)."""
+        kept = [o for o in self.overrides if not o.startswith(("run.out_dir=", "run.threads="))]
         blob = json.dumps([Path(self.base).name, kept, self.probe], sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 

@@ -145,7 +145,8 @@ def seed_from_cache(cache: Path, run_dir: Path) -> None:
 
 
 # -- evaluation and probe ------------------------------------------------------------------------
-def evaluate_suites(rt, suites: dict[str, int | None], seed: int = 0) -> dict[str, dict]:
+def evaluate_suites(rt, suites: dict[str, int | None], seed: int = 0,
+                    batch_size: int = 32) -> dict[str, dict]:
     """Greedy held-out evaluation of the run's student on each suite (same limits for all)."""
     from lopd.envs import load_suite
     from lopd.evaluate import evaluate_tasks, summarize
@@ -164,7 +165,7 @@ def evaluate_suites(rt, suites: dict[str, int | None], seed: int = 0) -> dict[st
             max_context_tokens=min(window, 8192) if bfcl else cfg.rollout.max_context_tokens)
         started = time.perf_counter()
         trajs = evaluate_tasks(backend, rt.renderer, load_suite(suite, n=n), rollout,
-                               batch_size=32, seed=seed)
+                               batch_size=batch_size, seed=seed)
         out[suite] = {**summarize(trajs), "seconds": round(time.perf_counter() - started, 1),
                       "max_steps": rollout.max_steps, "max_new_tokens": rollout.max_new_tokens}
     return out
@@ -263,7 +264,7 @@ def add_evals(job: Job, result: dict, suites: dict[str, int | None]) -> dict:
     started = time.perf_counter()
     config = load_config(job.base, job.overrides)
     trainer = Trainer(config, resume=latest_checkpoint(Path(job.run_dir)) is not None)
-    evals = evaluate_suites(trainer.rt, suites)
+    evals = evaluate_suites(trainer.rt, suites, batch_size=job.eval_batch)
     _close(trainer)
     done = result.get("eval_spec") or {s: n for s, n in job.evals.items() if s in result["eval"]}
     result = {**result, "eval": {**result.get("eval", {}), **evals},
@@ -312,7 +313,7 @@ def run_one(job: Job) -> dict:
     setup_s = time.perf_counter() - started - cache_s
     trainer.fit()
     train_s = time.perf_counter() - started - cache_s - setup_s
-    evals = evaluate_suites(trainer.rt, job.evals) if job.evals else {}
+    evals = evaluate_suites(trainer.rt, job.evals, batch_size=job.eval_batch) if job.evals else {}
     eval_s = time.perf_counter() - started - cache_s - setup_s - train_s
     probe = teacher_probe(trainer.rt, cache) if job.probe and cache is not None else {}
     result = _result(job, config, trainer, evals, probe, cache, memory, resumed, {

@@ -48,6 +48,17 @@ def make_env(task: Task, seed: int = 0, max_steps: int = 30) -> Env:
     raise ValueError(f"no environment for task {task.id!r} (env={kind!r})")
 
 
+def training_pool(suite: str, max_tasks: int = 0, max_tier: int = 0) -> list[Task]:
+    """The tasks a run trains on: ``suite`` without the tasks above tier ``max_tier`` (0 = keep
+    every tier; tasks without a ``tier`` are kept), then its first ``max_tasks`` (0 = all)."""
+    if not max_tier:
+        return load_suite(suite, n=max_tasks or None)
+    tasks = [t for t in load_suite(suite) if int(t.metadata.get("tier", 0)) <= max_tier]
+    if not tasks:
+        raise ValueError(f"data.train_max_tier={max_tier} leaves no task of {suite!r}")
+    return tasks[:max_tasks] if max_tasks else tasks
+
+
 def load_suite(name: str, n: int | None = None) -> list[Task]:
     """Tasks of a named suite (see ``SUITES``); ``n`` keeps the first ``n``.
 
@@ -134,4 +145,4 @@ def _user_env(kind: str, task: Task, seed: int, max_steps: int) -> Env:
     return build_env(PluginSuite([], resolve(ref)), ref, task, seed, max_steps)
 
 
-__all__ = ["SUITES", "check_references", "load_suite", "make_env", "suite_problem"]
+__all__ = ["SUITES", "check_references", "load_suite", "make_env", "suite_problem", "training_pool"]

@@ -1,0 +1,58 @@
+"""The learning sweep (`benchmarks/learning.py`) end to end on the tiny model, and its paired
+statistics on hand-worked values."""
+
+import json
+
+import pytest
+
+from benchmarks import learning
+
+
+def test_paired_gain_and_its_standard_error():
+    after = {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
+    before = {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0, "e": 1.0}  # e: not in both, ignored
+    mean, se, n = learning.paired(after, before)
+    # differences 1, 0, 0, 1: mean 0.5, sample variance 1/3, SE sqrt(1/3 / 4)
+    assert (mean, n) == (0.5, 4)
+    assert se == pytest.approx((1 / 12) ** 0.5)
+    assert learning.pooled([{"heldout": {"per_task": {"a": 1.0, "b": 0.0}}},
+                            {"heldout": {"per_task": {"a": 0.0, "b": 0.0}}}]) == {"a": 0.5, "b": 0.0}
+
+
+def test_sweep_runs_resumes_and_reports(tmp_path, monkeypatch):
+    monkeypatch.setattr(learning, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(learning, "OUT", tmp_path / "results" / "learning")
+    tiny = ["model.name=tiny-random", "model.dtype=fp32", "optim.tasks_per_step=2",
+            "optim.group_size=2", "optim.micro_batch=2", "rollout.max_steps=2",
+            "rollout.max_new_tokens=8", "data.max_train_tasks=40"]
+    argv = ["run", "--variants", "grpo-lr1e-3", "--seeds", "0", "--steps", "2", "--eval-tasks",
+            "3", "--init-adapter", "", "--runs", str(tmp_path / "runs"), "--no-isolate",
+            "--checkpoint-every", "1", *[a for o in tiny for a in ("--set", o)]]
+    assert learning.main(argv) == 0
+    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results" / "learning").glob("*.json")}
+    assert set(runs) == {"warm-start-s0", "grpo-lr1e-3-s0"}
+    trained = runs["grpo-lr1e-3-s0"]
+    assert trained["rollouts"] == 8 and len(trained["steps"]) == 2
+    assert trained["heldout"]["n"] == 3 and len(trained["heldout"]["per_task"]) == 3
+    assert runs["warm-start-s0"]["rollouts"] == 0 and runs["warm-start-s0"]["method"] == "grpo"
+    report = (tmp_path / "results" / "learning.md").read_text()
+    assert "GRPO, LoRA lr 1e-3" in report and "warm start (no training)" in report
+    assert (tmp_path / "results" / "learning.png").stat().st_size > 0
+    checkpoints = sorted((tmp_path / "runs" / "grpo-lr1e-3-s0" / "checkpoints").iterdir())
+    assert len(checkpoints) == 2  # every step kept, for held-out points along the curve
+    finished = trained["finished"]
+    assert learning.main(argv) == 0  # finished runs are skipped, not trained again
+    again = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0.json").read_text())
+    assert again["finished"] == finished
+    # held-out points along the budget from the kept checkpoints (the last one is the run's own)
+    assert learning.main(["curve", "--variants", "grpo-lr1e-3", "--eval-batch", "4"]) == 0
+    curve = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0.json").read_text())["curve"]
+    assert [(p["step"], p["rollouts"], p["n"]) for p in curve] == [(1, 4, 3)]
+    assert "Held-out success along the budget" in (tmp_path / "results" / "learning.md").read_text()
+
+
+def test_success_standard_error_by_hand():
+    from lopd.evaluate import _standard_error
+
+    assert _standard_error([1.0, 0.0, 1.0, 0.0]) == pytest.approx((1 / 3 / 4) ** 0.5)
+    assert _standard_error([1.0]) == 0.0
