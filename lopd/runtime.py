@@ -273,7 +273,7 @@ class Runtime:
                                 max_new_tokens=cfg.rollout.max_new_tokens,
                                 max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
         trajs = evaluate_tasks(backend, self.renderer, self.eval_tasks, rollout,
-                               batch_size=32, seed=cfg.run.seed)
+                               batch_size=cfg.data.eval_batch, seed=cfg.run.seed)
         return summarize(trajs)
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -450,7 +450,7 @@ def _build_model(config: Config):
 def build_runtime(config: Config, out: Path) -> Runtime:
     """Load the model, tasks, and the method's extra parts (composer, bank, skills, demos)."""
     from lopd.chat import ChatRenderer
-    from lopd.envs import check_references, load_suite, training_pool
+    from lopd.envs import check_references, task_pool
     from lopd.framing import LatentPlacement
     from lopd.fsdp import check, resolve_strategy, shard_runtime
     from lopd.method_parts import attach_demos, attach_latent
@@ -459,10 +459,11 @@ def build_runtime(config: Config, out: Path) -> Runtime:
     if sharded:
         check(config)
     model, tokenizer, teacher = _build_model(config)
-    train_tasks = training_pool(config.data.train_suite, config.data.max_train_tasks,
+    train_tasks = task_pool(config.data.train_suite, config.data.max_train_tasks,
                                 config.data.train_max_tier)
     check_references(config.method.name, train_tasks, config.data.train_suite)
-    eval_tasks = load_suite(config.data.eval_suite, n=config.data.eval_tasks or None)
+    eval_tasks = task_pool(config.data.eval_suite, config.data.eval_tasks,
+                           config.data.eval_max_tier)
     rt = Runtime(config, out, model, tokenizer, ChatRenderer(tokenizer), train_tasks, eval_tasks,
                  teacher_model=teacher,
                  placement=LatentPlacement.build(config.method.latent_placement, tokenizer))

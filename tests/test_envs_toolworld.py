@@ -214,19 +214,19 @@ def test_no_goal_check_passes_before_acting():
                     assert not check_passes(check, spec.state, spec.state), (task.id, check)
 
 
-def test_training_pool_drops_tiers_above_the_cap_and_then_caps_the_count():
+def test_task_pool_drops_tiers_above_the_cap_and_then_caps_the_count():
     from collections import Counter
 
     from lopd.config import ConfigError, load_config
-    from lopd.envs import training_pool
+    from lopd.envs import task_pool
 
-    every = training_pool("toolworld-train")
-    easy = training_pool("toolworld-train", max_tier=2)
+    every = task_pool("toolworld-train")
+    easy = task_pool("toolworld-train", max_tier=2)
     assert Counter(t.metadata["tier"] for t in easy) == Counter(
         t.metadata["tier"] for t in every if t.metadata["tier"] <= 2)
     assert {t.domain for t in easy} == {t.domain for t in every}  # every domain keeps tasks
-    assert [t.id for t in training_pool("toolworld-train", max_tasks=5, max_tier=1)] == \
+    assert [t.id for t in task_pool("toolworld-train", max_tasks=5, max_tier=1)] == \
         [t.id for t in every if t.metadata["tier"] == 1][:5]
-    assert len(training_pool("toolworld-train", max_tasks=7)) == 7
+    assert len(task_pool("toolworld-train", max_tasks=7)) == 7
     with pytest.raises(ConfigError, match="data.train_max_tier"):
         load_config(None, ["data.train_max_tier=-1"])

@@ -48,14 +48,15 @@ def make_env(task: Task, seed: int = 0, max_steps: int = 30) -> Env:
     raise ValueError(f"no environment for task {task.id!r} (env={kind!r})")
 
 
-def training_pool(suite: str, max_tasks: int = 0, max_tier: int = 0) -> list[Task]:
-    """The tasks a run trains on: ``suite`` without the tasks above tier ``max_tier`` (0 = keep
-    every tier; tasks without a ``tier`` are kept), then its first ``max_tasks`` (0 = all)."""
+def task_pool(suite: str, max_tasks: int = 0, max_tier: int = 0) -> list[Task]:
+    """A run's training or held-out tasks: ``suite`` without the tasks above tier ``max_tier``
+    (0 = keep every tier; tasks without a ``tier`` are kept), then its first ``max_tasks``
+    (0 = all)."""
     if not max_tier:
         return load_suite(suite, n=max_tasks or None)
     tasks = [t for t in load_suite(suite) if int(t.metadata.get("tier", 0)) <= max_tier]
     if not tasks:
-        raise ValueError(f"data.train_max_tier={max_tier} leaves no task of {suite!r}")
+        raise ValueError(f"a tier cap of {max_tier} leaves no task of {suite!r}")
     return tasks[:max_tasks] if max_tasks else tasks
 
 
@@ -145,4 +146,4 @@ def _user_env(kind: str, task: Task, seed: int, max_steps: int) -> Env:
     return build_env(PluginSuite([], resolve(ref)), ref, task, seed, max_steps)
 
 
-__all__ = ["SUITES", "check_references", "load_suite", "make_env", "suite_problem", "training_pool"]
+__all__ = ["SUITES", "check_references", "load_suite", "make_env", "suite_problem", "task_pool"]
