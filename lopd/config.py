@@ -69,9 +69,10 @@ class DataConfig:
     """Evaluate only on held-out tasks whose ``tier`` is at most this (see ``train_max_tier``;
     0 = every tier), before ``eval_tasks`` takes the first N."""
     eval_batch: int = 32
-    """Held-out episodes generated together. Larger batches are faster on a CPU (200 ToolWorld
-    tasks: 448 s at 100 against about 600 s at 32 on 2 cores) but hold more KV cache; greedy
-    results do not depend on it beyond bf16 rounding."""
+    """Held-out episodes generated together. Larger batches can be faster on a CPU (200
+    ToolWorld tasks on 2 AMX cores: 448 s at 100, 716 s at 32 in a run that shared the CPU for
+    a few minutes; not yet measured cleanly) but hold more KV cache; greedy results depend on
+    it only through bf16 rounding."""
     max_train_tasks: int = 0
     """Cap on the training pool (0 = the whole suite)."""
     train_max_tier: int = 0
