@@ -34,6 +34,7 @@ from pathlib import Path
 from benchmarks.experiments import runner
 from benchmarks.experiments.plan import Job
 from benchmarks.experiments.scales import CONFIGS, REPO
+from lopd.evaluate import standard_error
 
 RESULTS = REPO / "benchmarks" / "results"
 OUT = RESULTS / "learning"
@@ -158,17 +159,14 @@ def load_summaries() -> list[dict]:
 
 def paired(after: dict, before: dict) -> tuple[float, float, int]:
     """Mean and standard error of per-task success differences on the tasks both ran."""
-    shared = sorted(set(after) & set(before))
-    diffs = [after[t] - before[t] for t in shared]
-    n = len(diffs)
-    if n < 2:
-        return (diffs[0] if diffs else 0.0), 0.0, n
-    mean = sum(diffs) / n
-    return mean, (sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) ** 0.5, n
+    diffs = [after[t] - before[t] for t in sorted(set(after) & set(before))]
+    mean = sum(diffs) / len(diffs) if diffs else 0.0
+    return mean, standard_error(diffs), len(diffs)
 
 
-def _se(p: float, n: int) -> float:
-    return (p * (1 - p) / max(n - 1, 1)) ** 0.5
+def _se(point: dict) -> float:
+    """Standard error of a held-out point's success rate, from its per-task successes."""
+    return standard_error(list(point["per_task"].values()))
 
 
 def pooled(runs: list[dict]) -> dict[str, float]:
@@ -196,7 +194,7 @@ def report_lines(summaries: list[dict]) -> list[str]:
             tail = [r["reward"] for r in run["steps"][-5:]]
             lines.append(
                 f"| {run['label']} | {run['seed']} | {run['rollouts']} | {h['success']:.3f} "
-                f"({h['n']}) +- {_se(h['success'], h['n']):.3f} | {gain} | "
+                f"({h['n']}) +- {_se(h):.3f} | {gain} | "
                 f"{(sum(tail) / len(tail)) if tail else float('nan'):.3f} | "
                 f"{run['timing'].get('train_s', 0):.0f} | {h.get('seconds', 0):.0f} |")
         if len(runs) > 1 and name != WARM and base:
@@ -270,7 +268,7 @@ def plot(summaries: list[dict], png: Path) -> None:
         train.plot(x, smooth, label=f"{s['name']} s{s['seed']}")
         points = heldout_points(s, warm)
         held.errorbar([p["rollouts"] for p in points], [p["success"] for p in points],
-                      yerr=[_se(p["success"], p["n"]) for p in points], marker="o",
+                      yerr=[_se(p) for p in points], marker="o",
                       capsize=3, label=f"{s['name']} s{s['seed']}")
     if warm:
         held.axhline(warm["heldout"]["success"], color="gray", ls="--", label="warm start")

@@ -78,8 +78,8 @@ class DataConfig:
     train_max_tier: int = 0
     """Train only on tasks whose ``tier`` (task metadata; ToolWorld's difficulty, 1-5) is at
     most this; tasks without a tier stay. 0 = every tier. A task the policy never solves gives
-    every rollout of its group the same reward, hence no GRPO signal; the held-out suite is
-    not filtered."""
+    every rollout of its group the same reward, hence no GRPO signal. The held-out suite has
+    its own cap (``eval_max_tier``)."""
 
 
 @dataclass

@@ -33,7 +33,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
     summary: dict = {
         "n": len(trajectories),
         "success": _mean(successes),
-        "success_se": _standard_error(successes),
+        "success_se": standard_error(successes),
         "reward": _mean([t.reward for t in trajectories]),
         "behaviour": {k: _mean([t.stats.get(k, 0.0) for t in trajectories]) for k in BEHAVIOUR_KEYS},
     }
@@ -52,7 +52,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
     return summary
 
 
-def _standard_error(values: Sequence[float]) -> float:
+def standard_error(values: Sequence[float]) -> float:
     """Standard error of the mean (sample std / sqrt(n)); 0 for fewer than two values."""
     n = len(values)
     if n < 2:

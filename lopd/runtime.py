@@ -460,7 +460,7 @@ def build_runtime(config: Config, out: Path) -> Runtime:
         check(config)
     model, tokenizer, teacher = _build_model(config)
     train_tasks = task_pool(config.data.train_suite, config.data.max_train_tasks,
-                                config.data.train_max_tier)
+                            config.data.train_max_tier)
     check_references(config.method.name, train_tasks, config.data.train_suite)
     eval_tasks = task_pool(config.data.eval_suite, config.data.eval_tasks,
                            config.data.eval_max_tier)

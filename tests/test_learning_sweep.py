@@ -8,7 +8,7 @@ import pytest
 from benchmarks import learning
 
 
-def test_paired_gain_and_its_standard_error():
+def test_paired_gain_and_itsstandard_error():
     after = {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
     before = {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0, "e": 1.0}  # e: not in both, ignored
     mean, se, n = learning.paired(after, before)
@@ -51,8 +51,8 @@ def test_sweep_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert "Held-out success along the budget" in (tmp_path / "results" / "learning.md").read_text()
 
 
-def test_success_standard_error_by_hand():
-    from lopd.evaluate import _standard_error
+def test_successstandard_error_by_hand():
+    from lopd.evaluate import standard_error
 
-    assert _standard_error([1.0, 0.0, 1.0, 0.0]) == pytest.approx((1 / 3 / 4) ** 0.5)
-    assert _standard_error([1.0]) == 0.0
+    assert standard_error([1.0, 0.0, 1.0, 0.0]) == pytest.approx((1 / 3 / 4) ** 0.5)
+    assert standard_error([1.0]) == 0.0
