@@ -15,14 +15,22 @@ standard error.
 Resumable: runs live under `runs/learning/NAME-sSEED` (a killed run continues from its last
 checkpoint, a finished one is skipped; `benchmarks.experiments.runner`). As each run ends
 its summary (per-step train reward, held-out success per task, timing, the CPU) is written to
-`benchmarks/results/learning/NAME-sSEED.json` and the report `benchmarks/results/learning.md`
-(+ `learning.png`) is rewritten, so results can be committed run by run. Checkpoints are kept
-every `--checkpoint-every` steps for held-out points along the curve (`curve`).
+`benchmarks/results/learning/NAME-sSEED-wFINGERPRINT.json` and the report
+`benchmarks/results/learning.md` (+ `learning.png`) is rewritten, so results can be committed
+run by run. Checkpoints are kept every `--checkpoint-every` steps for held-out points along the
+curve (`curve`).
+
+The warm start is rebuilt wherever `lopd sft` runs, and two machines do not build the same
+adapter (fp32 here, bf16 there). Each summary therefore records the fingerprint of the warm
+start it began from (the adapter weights' SHA-256, first 12 hex digits), and a run is compared
+only with the warm start's own evaluation for that fingerprint; summaries written before
+fingerprints existed count as fingerprint "unknown" and are paired among themselves.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import sys
@@ -70,7 +78,8 @@ _lock = threading.Lock()
 def job(name: str, seed: int, steps: int, args: argparse.Namespace, threads: int) -> Job:
     """The run of variant ``name`` on ``seed`` (``WARM``: the warm start, evaluated only)."""
     extra = ("method.name=grpo",) if name == WARM else VARIANTS[name][1]
-    run_dir = (Path(args.runs) / f"{name}-s{seed}").resolve()
+    warm = adapter_fingerprint(args.init_adapter)
+    run_dir = (Path(args.runs) / f"{name}-s{seed}-w{warm}").resolve()
     overrides = [*SHARED, f"model.init_adapter={args.init_adapter}", f"run.seed={seed}",
                  f"optim.steps={0 if name == WARM else steps}", f"run.threads={threads}",
                  f"run.checkpoint_every={args.checkpoint_every}", "run.keep_checkpoints=100",
@@ -79,6 +88,32 @@ def job(name: str, seed: int, steps: int, args: argparse.Namespace, threads: int
     return Job(f"learning/{name}-s{seed}", name, _method(extra),
                seed, str(run_dir), BASE, overrides, evals, False,
                str((Path(args.runs) / "_coldstart").resolve()), eval_batch=args.eval_batch)
+
+
+def adapter_fingerprint(directory: str) -> str:
+    """First 12 hex digits of the SHA-256 of a PEFT adapter's weights; "none" without one."""
+    if not directory:
+        return "none"
+    weights = Path(directory) / "adapter_model.safetensors"
+    if not weights.exists():
+        return "missing"
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+
+
+def _warm_start(job: Job) -> str:
+    """The fingerprint of the warm start ``job`` trains from (its ``model.init_adapter``)."""
+    adapter = next((o.split("=", 1)[1] for o in job.overrides
+                    if o.startswith("model.init_adapter=")), "")
+    return adapter_fingerprint(adapter)
+
+
+def fingerprint_of(summary: dict) -> str:
+    return summary.get("warm_start", "unknown")
+
+
+def warm_starts(summaries: list[dict]) -> dict[str, dict]:
+    """The warm start's evaluation for each fingerprint."""
+    return {fingerprint_of(s): s for s in summaries if s["name"] == WARM}
 
 
 def _method(overrides: tuple[str, ...]) -> str:
@@ -100,7 +135,7 @@ def summary(job: Job, result: dict, cpu: str) -> dict:
         "run_dir": str(Path(job.run_dir).relative_to(REPO)) if Path(job.run_dir).is_relative_to(REPO)
         else job.run_dir,
         "timing": result["timing"], "peak_rss_mb": result["peak_rss_mb"], "cpu": cpu,
-        "finished": result["finished"],
+        "finished": result["finished"], "warm_start": _warm_start(job),
     }
 
 
@@ -114,7 +149,7 @@ def run_job(job: Job, cpu: str, isolate: bool) -> None:
     result = runner.load_result(job)
     with _lock:
         OUT.mkdir(parents=True, exist_ok=True)
-        path = OUT / f"{job.name}-s{job.seed}.json"
+        path = OUT / f"{job.name}-s{job.seed}-w{_warm_start(job)}.json"
         path.write_text(json.dumps(summary(job, result, cpu), indent=1) + "\n")
         write_report()
 
@@ -179,21 +214,23 @@ def pooled(runs: list[dict]) -> dict[str, float]:
 
 
 def report_lines(summaries: list[dict]) -> list[str]:
-    warm = next((s for s in summaries if s["name"] == WARM), None)
-    base = warm["heldout"]["per_task"] if warm else {}
+    warms = warm_starts(summaries)
     lines = [("| variant | seed | rollouts | held-out success (n) +- SE | gain over warm start +- "
              "paired SE | train reward, last 5 steps | train s | eval s |"), "|" + "---|" * 8]
-    variants: dict[str, list[dict]] = {}
+    variants: dict[tuple[str, str], list[dict]] = {}
     for s in summaries:
-        variants.setdefault(s["name"], []).append(s)
-    for name, runs in variants.items():
+        variants.setdefault((s["name"], fingerprint_of(s)), []).append(s)
+    for (name, fingerprint), runs in variants.items():
+        warm = warms.get(fingerprint)
+        base = warm["heldout"]["per_task"] if warm else {}
         for run in runs:
             h = run["heldout"]
             gain = "-" if name == WARM or not base else "{:+.3f} +- {:.3f}".format(
                 *paired(h["per_task"], base)[:2])
             tail = [r["reward"] for r in run["steps"][-5:]]
             lines.append(
-                f"| {run['label']} | {run['seed']} | {run['rollouts']} | {h['success']:.3f} "
+                f"| {run['label']} [w {fingerprint}] | {run['seed']} | {run['rollouts']} | "
+                f"{h['success']:.3f} "
                 f"({h['n']}) +- {_se(h):.3f} | {gain} | "
                 f"{(sum(tail) / len(tail)) if tail else float('nan'):.3f} | "
                 f"{run['timing'].get('train_s', 0):.0f} | {h.get('seconds', 0):.0f} |")
@@ -217,14 +254,15 @@ def heldout_points(run: dict, warm: dict | None) -> list[dict]:
 
 def curve_lines(summaries: list[dict]) -> list[str]:
     """One row per run with intermediate held-out points: success (gain +- paired SE)."""
-    warm = next((s for s in summaries if s["name"] == WARM), None)
-    rows = [s for s in summaries if s.get("curve")]
-    if not rows or warm is None:
+    warms = warm_starts(summaries)
+    rows = [s for s in summaries if s.get("curve") and fingerprint_of(s) in warms]
+    if not rows:
         return []
     lines = [("Held-out success along the budget (rollouts: success, gain over the warm start "
              "+- paired SE):"), "", "| variant | seed | points |", "|---|---|---|"]
-    base = warm["heldout"]["per_task"]
     for run in rows:
+        warm = warms[fingerprint_of(run)]
+        base = warm["heldout"]["per_task"]
         cells = []
         for point in heldout_points(run, warm)[1:]:
             gain, se, _ = paired(point["per_task"], base)
@@ -258,8 +296,9 @@ def plot(summaries: list[dict], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (train, held) = plt.subplots(1, 2, figsize=(11, 4))
-    warm = next((s for s in summaries if s["name"] == WARM), None)
+    warms = warm_starts(summaries)
     for s in summaries:
+        warm = warms.get(fingerprint_of(s))
         if not s["steps"]:
             continue
         x = [r["rollouts"] for r in s["steps"]]
@@ -270,8 +309,9 @@ def plot(summaries: list[dict], png: Path) -> None:
         held.errorbar([p["rollouts"] for p in points], [p["success"] for p in points],
                       yerr=[_se(p) for p in points], marker="o",
                       capsize=3, label=f"{s['name']} s{s['seed']}")
-    if warm:
-        held.axhline(warm["heldout"]["success"], color="gray", ls="--", label="warm start")
+    for fingerprint, warm in warms.items():
+        held.axhline(warm["heldout"]["success"], color="gray", ls="--",
+                     label=f"warm start [w {fingerprint}]")
     train.set(xlabel="rollouts", ylabel="train reward (moving mean of 5 steps)")
     held.set(xlabel="rollouts", ylabel="held-out success (+- SE)")
     for ax in (train, held):
@@ -312,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "curve":
         wanted = set(args.variants.split(","))
         for path in sorted(OUT.glob("*.json")):
-            if path.stem.rsplit("-s", 1)[0] in wanted:
+            if json.loads(path.read_text())["name"] in wanted:
                 print(f"[learning] {path.stem}: {curve_points(path, 2, args.eval_batch)} new points")
                 with _lock:
                     write_report()

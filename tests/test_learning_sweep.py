@@ -30,23 +30,24 @@ def test_sweep_runs_resumes_and_reports(tmp_path, monkeypatch):
             "--checkpoint-every", "1", *[a for o in tiny for a in ("--set", o)]]
     assert learning.main(argv) == 0
     runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results" / "learning").glob("*.json")}
-    assert set(runs) == {"warm-start-s0", "grpo-lr1e-3-s0"}
-    trained = runs["grpo-lr1e-3-s0"]
+    assert set(runs) == {"warm-start-s0-wnone", "grpo-lr1e-3-s0-wnone"}  # no warm start: "none"
+    trained = runs["grpo-lr1e-3-s0-wnone"]
     assert trained["rollouts"] == 8 and len(trained["steps"]) == 2
     assert trained["heldout"]["n"] == 3 and len(trained["heldout"]["per_task"]) == 3
-    assert runs["warm-start-s0"]["rollouts"] == 0 and runs["warm-start-s0"]["method"] == "grpo"
+    warm = runs["warm-start-s0-wnone"]
+    assert warm["rollouts"] == 0 and warm["method"] == "grpo" and warm["warm_start"] == "none"
     report = (tmp_path / "results" / "learning.md").read_text()
     assert "GRPO, LoRA lr 1e-3" in report and "warm start (no training)" in report
     assert (tmp_path / "results" / "learning.png").stat().st_size > 0
-    checkpoints = sorted((tmp_path / "runs" / "grpo-lr1e-3-s0" / "checkpoints").iterdir())
+    checkpoints = sorted((tmp_path / "runs" / "grpo-lr1e-3-s0-wnone" / "checkpoints").iterdir())
     assert len(checkpoints) == 2  # every step kept, for held-out points along the curve
     finished = trained["finished"]
     assert learning.main(argv) == 0  # finished runs are skipped, not trained again
-    again = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0.json").read_text())
+    again = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0-wnone.json").read_text())
     assert again["finished"] == finished
     # held-out points along the budget from the kept checkpoints (the last one is the run's own)
     assert learning.main(["curve", "--variants", "grpo-lr1e-3", "--eval-batch", "4"]) == 0
-    curve = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0.json").read_text())["curve"]
+    curve = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0-wnone.json").read_text())["curve"]
     assert [(p["step"], p["rollouts"], p["n"]) for p in curve] == [(1, 4, 3)]
     assert "Held-out success along the budget" in (tmp_path / "results" / "learning.md").read_text()
 
@@ -56,3 +57,31 @@ def test_successstandard_error_by_hand():
 
     assert standard_error([1.0, 0.0, 1.0, 0.0]) == pytest.approx((1 / 3 / 4) ** 0.5)
     assert standard_error([1.0]) == 0.0
+
+
+def test_runs_pair_only_with_the_warm_start_they_began_from(tmp_path):
+    def run(name, warm, per_task):
+        label = "warm" if name == learning.WARM else "GRPO"
+        return {"name": name, "seed": 0, "label": label, "rollouts": 0 if name == learning.WARM
+                else 32, "steps": [], "timing": {}, "heldout": {"n": 2, "success": 0.5,
+                "per_task": per_task}, **({"warm_start": warm} if warm else {})}
+
+    summaries = [run(learning.WARM, "aaa", {"t1": 0.0, "t2": 0.0}),
+                 run(learning.WARM, None, {"t1": 1.0, "t2": 1.0}),  # written before fingerprints
+                 run("grpo-lr1e-3", "aaa", {"t1": 1.0, "t2": 0.0}),
+                 run("grpo-lr1e-3", None, {"t1": 1.0, "t2": 0.0}),
+                 run("grpo-lr2e-3", "bbb", {"t1": 1.0, "t2": 1.0})]  # its warm start: not run
+    rows = {line.split(" | ")[0]: line for line in learning.report_lines(summaries)[2:]}
+    assert "+0.500" in rows["| GRPO [w aaa]"]  # against warm start aaa (0, 0)
+    assert "-0.500" in rows["| GRPO [w unknown]"]  # against the older warm start (1, 1)
+    assert rows["| GRPO [w bbb]"].split(" | ")[4] == "-"  # no warm start to pair with
+    from pathlib import Path
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    first = learning.adapter_fingerprint(str(adapter))
+    (adapter / "adapter_model.safetensors").write_bytes(b"other weights")
+    assert len(first) == 12 and learning.adapter_fingerprint(str(adapter)) != first
+    assert learning.adapter_fingerprint("") == "none"
+    assert learning.adapter_fingerprint(str(Path(tmp_path / "nowhere"))) == "missing"
