@@ -10,7 +10,11 @@ standard error.
 
     .venv/bin/python -m benchmarks.learning run --variants grpo-lr5e-4,grpo-lr1e-3 --seeds 0
     .venv/bin/python -m benchmarks.learning run --variants ... --parallel 2   # 1 thread each
+    .venv/bin/python -m benchmarks.learning run --variants ""   # the warm start's evaluation only
     .venv/bin/python -m benchmarks.learning report
+
+Runs start from the warm start kept in `benchmarks/results/learning/warm-start-adapter/`
+(`--init-adapter` to use another).
 
 Resumable: runs live under `runs/learning/NAME-sSEED` (a killed run continues from its last
 checkpoint, a finished one is skipped; `benchmarks.experiments.runner`). As each run ends
@@ -49,6 +53,8 @@ OUT = RESULTS / "learning"
 RUNS = REPO / "runs" / "learning"
 BASE = str(CONFIGS / "toolworld-smollm2.yaml")
 WARM = "warm-start"
+WARM_ADAPTER = OUT / "warm-start-adapter"
+"""The warm start every run begins from by default, kept in the repository (its README)."""
 
 SHARED = ("optim.tasks_per_step=8", "optim.group_size=4", "optim.one_domain_batches=true",
           "optim.micro_batch=4", "rollout.max_steps=6", "rollout.max_new_tokens=96",
@@ -63,6 +69,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "grpo-lr2e-3": ("GRPO, LoRA lr 2e-3", ("method.name=grpo", "optim.student_lr=2e-3")),
     "grpo-lr1e-3-tier2": ("GRPO, LoRA lr 1e-3, training tasks of tiers 1-2",
                           ("method.name=grpo", "optim.student_lr=1e-3", "data.train_max_tier=2")),
+    "grpo-lr2e-3-tier2": ("GRPO, LoRA lr 2e-3, training tasks of tiers 1-2",
+                          ("method.name=grpo", "optim.student_lr=2e-3", "data.train_max_tier=2")),
     "grpo-lr1e-3-t0.7": ("GRPO, LoRA lr 1e-3, temperature 0.7",
                          ("method.name=grpo", "optim.student_lr=1e-3", "rollout.temperature=0.7")),
     "lopd-lr1e-3": ("LOPD, LoRA lr 1e-3", ("method.name=lopd", "optim.student_lr=1e-3",
@@ -331,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
     p.add_argument("--steps", type=int, default=24, help="training steps (32 rollouts each)")
     p.add_argument("--eval-tasks", type=int, default=0, help="held-out tasks (0 = all 200)")
-    p.add_argument("--init-adapter", default="runs/sft/adapter", help="the warm start")
+    p.add_argument("--init-adapter", default=str(WARM_ADAPTER.relative_to(REPO)),
+                   help="the warm start (default: the one kept in the repository)")
     p.add_argument("--runs", default=str(RUNS), help="run directories root")
     p.add_argument("--checkpoint-every", type=int, default=8)
     p.add_argument("--eval-batch", type=int, default=100, help="held-out episodes generated together")
@@ -358,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     write_report()
         return 0
     threads = max(1, 2 // args.parallel)
-    names = [WARM, *args.variants.split(",")]
+    names = [WARM, *(n for n in args.variants.split(",") if n)]  # "": the warm start only
     unknown = [n for n in names[1:] if n not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; see `list`")
