@@ -88,10 +88,12 @@ def job(name: str, seed: int, steps: int, args: argparse.Namespace, threads: int
     extra = ("method.name=grpo",) if name == WARM else VARIANTS[name][1]
     warm = adapter_fingerprint(args.init_adapter)
     run_dir = (Path(args.runs) / f"{name}-s{seed}-w{warm}").resolve()
+    # the warm start trains no step: its identity must not depend on the checkpoint settings
+    keep = [] if name == WARM else [f"run.checkpoint_every={args.checkpoint_every}",
+                                    "run.keep_checkpoints=100"]
     overrides = [*SHARED, f"model.init_adapter={args.init_adapter}", f"run.seed={seed}",
                  f"optim.steps={0 if name == WARM else steps}", f"run.threads={threads}",
-                 f"run.checkpoint_every={args.checkpoint_every}", "run.keep_checkpoints=100",
-                 *extra, *args.set, f"run.out_dir={run_dir}"]
+                 *keep, *extra, *args.set, f"run.out_dir={run_dir}"]
     evals = {"toolworld-test": args.eval_tasks or None}
     return Job(f"learning/{name}-s{seed}", name, _method(extra),
                seed, str(run_dir), BASE, overrides, evals, False,

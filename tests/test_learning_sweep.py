@@ -85,3 +85,16 @@ def test_runs_pair_only_with_the_warm_start_they_began_from(tmp_path):
     assert len(first) == 12 and learning.adapter_fingerprint(str(adapter)) != first
     assert learning.adapter_fingerprint("") == "none"
     assert learning.adapter_fingerprint(str(Path(tmp_path / "nowhere"))) == "missing"
+
+
+def test_the_warm_start_job_does_not_depend_on_checkpoint_settings(tmp_path):
+    import argparse
+
+    def args(every):
+        return argparse.Namespace(runs=str(tmp_path), init_adapter="", checkpoint_every=every,
+                                  set=[], eval_tasks=0, eval_batch=4)
+
+    warm = [learning.job(learning.WARM, 0, 0, args(e), 2) for e in (5, 8)]
+    assert warm[0].fingerprint == warm[1].fingerprint
+    trained = [learning.job("grpo-lr1e-3", 0, 10, args(e), 2) for e in (5, 8)]
+    assert trained[0].fingerprint != trained[1].fingerprint  # a trained run keeps other checkpoints
