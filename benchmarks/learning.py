@@ -16,8 +16,9 @@ standard error.
 Runs start from the warm start kept in `benchmarks/results/learning/warm-start-adapter/`
 (`--init-adapter` to use another).
 
-Resumable: runs live under `runs/learning/NAME-sSEED` (a killed run continues from its last
-checkpoint, a finished one is skipped; `benchmarks.experiments.runner`). As each run ends
+Resumable: runs live under `runs/learning/NAME-sSEED-wFINGERPRINT` (a killed run continues
+from its last checkpoint, a finished one is skipped; `benchmarks.experiments.runner`), and a
+run whose summary is already committed (same settings, same warm start) is not run again. As each run ends
 its summary (per-step train reward, held-out success per task, timing, the CPU) is written to
 `benchmarks/results/learning/NAME-sSEED-wFINGERPRINT.json` and the report
 `benchmarks/results/learning.md` (+ `learning.png`) is rewritten, so results can be committed
@@ -149,8 +150,27 @@ def summary(job: Job, result: dict, cpu: str) -> dict:
     }
 
 
+def _identity(overrides: list[str]) -> list[str]:
+    """What makes two runs the same run (not where they ran, nor with how many threads)."""
+    return [o for o in overrides if not o.startswith(("run.out_dir=", "run.threads="))]
+
+
+def committed(job: Job) -> bool:
+    """True when the results directory already holds this run's summary (the same settings,
+    the same warm start): a fresh checkout has no run directories, and the run need not be
+    repeated."""
+    path = OUT / f"{job.name}-s{job.seed}-w{_warm_start(job)}.json"
+    if not path.exists():
+        return False
+    return _identity(json.loads(path.read_text())["overrides"]) == _identity(job.overrides)
+
+
 def run_job(job: Job, cpu: str, isolate: bool) -> None:
-    """Train + evaluate (resuming), then write its summary and the report."""
+    """Train + evaluate (resuming), then write its summary and the report; a run whose
+    summary is already committed is skipped."""
+    if committed(job):
+        print(f"[learning] {job.key}: summary already in {OUT}, skipped", flush=True)
+        return
     if runner.load_result(job) is None:
         print(f"[learning] {job.key} -> {job.run_dir}", flush=True)
         started = time.perf_counter()

@@ -98,3 +98,17 @@ def test_the_warm_start_job_does_not_depend_on_checkpoint_settings(tmp_path):
     assert warm[0].fingerprint == warm[1].fingerprint
     trained = [learning.job("grpo-lr1e-3", 0, 10, args(e), 2) for e in (5, 8)]
     assert trained[0].fingerprint != trained[1].fingerprint  # a trained run keeps other checkpoints
+
+
+def test_a_committed_summary_is_not_run_again(tmp_path, monkeypatch):
+    import argparse
+
+    monkeypatch.setattr(learning, "OUT", tmp_path)
+    args = argparse.Namespace(runs=str(tmp_path / "runs"), init_adapter="", checkpoint_every=8,
+                              set=[], eval_tasks=0, eval_batch=4)
+    job = learning.job("grpo-lr1e-3", 0, 10, args, 2)
+    assert not learning.committed(job)
+    (tmp_path / "grpo-lr1e-3-s0-wnone.json").write_text(json.dumps(
+        {"overrides": [o.replace("run.threads=2", "run.threads=1") for o in job.overrides]}))
+    assert learning.committed(job)  # another thread count is the same run
+    assert not learning.committed(learning.job("grpo-lr1e-3", 0, 12, args, 2))  # more steps
