@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.experiments import runner
-from benchmarks.experiments.plan import Job
+from benchmarks.experiments.plan import Job, identity_overrides
 from benchmarks.experiments.scales import CONFIGS, REPO
 from lopd.evaluate import standard_error
 
@@ -150,19 +150,20 @@ def summary(job: Job, result: dict, cpu: str) -> dict:
     }
 
 
-def _identity(overrides: list[str]) -> list[str]:
-    """What makes two runs the same run (not where they ran, nor with how many threads)."""
-    return [o for o in overrides if not o.startswith(("run.out_dir=", "run.threads="))]
+def summary_path(job: Job) -> Path:
+    """Where ``job``'s summary lives in the results directory."""
+    return OUT / f"{job.name}-s{job.seed}-w{_warm_start(job)}.json"
 
 
 def committed(job: Job) -> bool:
     """True when the results directory already holds this run's summary (the same settings,
     the same warm start): a fresh checkout has no run directories, and the run need not be
     repeated."""
-    path = OUT / f"{job.name}-s{job.seed}-w{_warm_start(job)}.json"
+    path = summary_path(job)
     if not path.exists():
         return False
-    return _identity(json.loads(path.read_text())["overrides"]) == _identity(job.overrides)
+    return (identity_overrides(json.loads(path.read_text())["overrides"])
+            == identity_overrides(job.overrides))
 
 
 def run_job(job: Job, cpu: str, isolate: bool) -> None:
@@ -179,7 +180,7 @@ def run_job(job: Job, cpu: str, isolate: bool) -> None:
     result = runner.load_result(job)
     with _lock:
         OUT.mkdir(parents=True, exist_ok=True)
-        path = OUT / f"{job.name}-s{job.seed}-w{_warm_start(job)}.json"
+        path = summary_path(job)
         path.write_text(json.dumps(summary(job, result, cpu), indent=1) + "\n")
         write_report()
 

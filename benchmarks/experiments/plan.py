@@ -69,6 +69,12 @@ class Settings:
     argv: tuple[str, ...] = field(default_factory=tuple)
 
 
+def identity_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that make two runs the same run (not where they ran, nor with how many
+    threads)."""
+    return [o for o in overrides if not o.startswith(("run.out_dir=", "run.threads="))]
+
+
 @dataclass
 class Job:
     """Everything one run needs, JSON-serialisable (it is handed to a subprocess as is)."""
@@ -91,8 +97,8 @@ class Job:
         """What makes two runs the same training run (the run directory and the held-out
         suites and the thread count excluded: suites asked for later are added to a finished
         run, and a run may resume with another thread count)."""
-        kept = [o for o in self.overrides if not o.startswith(("run.out_dir=", "run.threads="))]
-        blob = json.dumps([Path(self.base).name, kept, self.probe], sort_keys=True)
+        blob = json.dumps([Path(self.base).name, identity_overrides(self.overrides), self.probe],
+                          sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     def to_json(self) -> dict:
