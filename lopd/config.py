@@ -373,6 +373,7 @@ def validate(config: Config) -> Config:
         (config.optim.share_prefix in ("auto", "true", "false"), "optim.share_prefix",
          "auto, true or false"),
         (config.rollout.max_steps >= 1, "rollout.max_steps", ">= 1"),
+        (config.rollout.train_max_steps >= 0, "rollout.train_max_steps", ">= 0 (0 = max_steps)"),
         (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", ">= 1"),
         (config.rollout.temperature >= 0, "rollout.temperature", ">= 0"),
         (0 < config.rollout.top_p <= 1, "rollout.top_p", "in (0, 1]"),

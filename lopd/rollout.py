@@ -30,6 +30,10 @@ class RolloutConfig:
 
     max_steps: int = 30
     """Environment step cap (assistant turns); the paper uses 30."""
+    train_max_steps: int = 0
+    """Step cap of training rollouts only (0 = ``max_steps``); evaluation keeps ``max_steps``.
+    A lower cap shortens a step, whose time is set by its longest episode, without changing
+    what held-out numbers mean."""
     max_new_tokens: int = 192
     """Token budget of one assistant turn."""
     max_context_tokens: int = 2048

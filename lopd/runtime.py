@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +136,12 @@ class Runtime:
         from lopd.rollout import make_group_envs, run_episodes
 
         cfg = self.config
+        rollout = replace(cfg.rollout, max_steps=cfg.rollout.train_max_steps or cfg.rollout.max_steps)
         envs, groups = make_group_envs(tasks, cfg.optim.group_size, make_env,
-                                       cfg.rollout.max_steps, seed=step)
+                                       rollout.max_steps, seed=step)
         self.model.eval()
         with self.whole(self.model):
-            return run_episodes(envs, self.backend(), self.renderer, cfg.rollout,
+            return run_episodes(envs, self.backend(), self.renderer, rollout,
                                 seed=cfg.run.seed * 1_000_003 + step, groups=groups)
 
     def whole(self, *models):

@@ -276,3 +276,25 @@ def test_grpo_skips_groups_without_advantage_and_keeps_the_gradient(tmp_path, mo
     assert any(g.abs().sum() > 0 for g in seen[True][0])
     for a, b in zip(seen[True][0], seen[False][0], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_train_max_steps_caps_training_rollouts_only(tmp_path, monkeypatch):
+    """rollout.train_max_steps caps training episodes; evaluation keeps rollout.max_steps."""
+    import lopd.rollout
+
+    trainer = Trainer(_config(tmp_path, "grpo", **{"rollout.max_steps": 3,
+                                                   "rollout.train_max_steps": 1}))
+    caps = []
+    real = lopd.rollout.run_episodes
+
+    def recording(envs, backend, renderer, config, **kwargs):
+        caps.append((config.max_steps, {env.max_steps for env in envs}))
+        return real(envs, backend, renderer, config, **kwargs)
+
+    monkeypatch.setattr(lopd.rollout, "run_episodes", recording)
+    trajs = trainer.rt.rollout(trainer.sample_tasks(0), 0)
+    assert trajs and all(len(t.turn_spans) <= 1 for t in trajs)
+    trainer.config.rollout.train_max_steps = 0
+    trainer.rt.rollout(trainer.sample_tasks(0), 0)
+    assert caps == [(1, {1}), (3, {3})]
+    assert trainer.config.rollout.max_steps == 3  # the evaluation cap is untouched

@@ -41,7 +41,7 @@ _NOT_COLD_START = {  # config fields that do not change bank seeding or the cold
     "method": ("name", "top_m", "margin", "beta_init", "beta_lr", "anchor_weight",
                "freeze_composer", "context", "jsd_beta", "clip_eps"),
     "data": ("eval_suite", "eval_tasks"),
-    "rollout": ("max_new_tokens", "max_context_tokens", "temperature", "top_p"),
+    "rollout": ("max_new_tokens", "max_context_tokens", "temperature", "top_p", "train_max_steps"),
     "run": ("out_dir", "threads", "eval_every", "checkpoint_every", "keep_checkpoints",
             "tensorboard", "deterministic"),
     "model": ("init_adapter", "device"),
