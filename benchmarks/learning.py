@@ -74,6 +74,11 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
                           ("method.name=grpo", "optim.student_lr=2e-3", "data.train_max_tier=2")),
     "grpo-lr1e-3-t0.7": ("GRPO, LoRA lr 1e-3, temperature 0.7",
                          ("method.name=grpo", "optim.student_lr=1e-3", "rollout.temperature=0.7")),
+    "grpo-lr1e-3-tier1-g8": (
+        "GRPO, LoRA lr 1e-3, tier-1 training tasks, 4 tasks x 8 rollouts, 3 training turns",
+        ("method.name=grpo", "optim.student_lr=1e-3", "data.train_max_tier=1",
+         "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=8",
+         "rollout.train_max_steps=3")),
     "lopd-lr1e-3": ("LOPD, LoRA lr 1e-3", ("method.name=lopd", "optim.student_lr=1e-3",
                                            "optim.micro_batch=2")),
     "skill-sd-lr1e-3": ("Skill-SD, LoRA lr 1e-3", ("method.name=skill-sd",
@@ -302,6 +307,33 @@ def curve_lines(summaries: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
+def test_tiers() -> dict[str, int]:
+    """Held-out task id -> difficulty tier (tool calls in the reference solution)."""
+    from lopd.envs.toolworld.tasks import load_tasks
+
+    return {task.id: int(task.metadata["tier"]) for task in load_tasks("test")}
+
+
+def tier_lines(summaries: list[dict]) -> list[str]:
+    """Held-out success per difficulty tier for every run: where a gain comes from."""
+    tiers = test_tiers()
+    wanted = sorted(set(tiers.values()))
+    lines = ["Held-out success by tier (tasks in the tier):", "",
+             "| variant | seed | " + " | ".join(
+                 f"tier {t} ({sum(v == t for v in tiers.values())})" for t in wanted) + " |",
+             "|" + "---|" * (2 + len(wanted))]
+    for run in summaries:
+        by_tier: dict[int, list[float]] = {}
+        for task, value in run["heldout"]["per_task"].items():
+            if task in tiers:
+                by_tier.setdefault(tiers[task], []).append(value)
+        cells = [f"{sum(by_tier[t]) / len(by_tier[t]):.3f}" if by_tier.get(t) else "-"
+                 for t in wanted]
+        lines.append(f"| {run['label']} [w {fingerprint_of(run)}] | {run['seed']} | "
+                     + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def write_report() -> Path:
     summaries = load_summaries()
     cpus = sorted({s["cpu"] for s in summaries})
@@ -311,7 +343,7 @@ def write_report() -> Path:
             "most 96 tokens. SE: the standard error of a success rate over its tasks; the gain "
             "is paired (the same tasks before and after) and its SE is that of the per-task "
             "differences."), "", "Shared settings: `" + " ".join(SHARED) + "`.", "",
-            *report_lines(summaries), "", *curve_lines(summaries),
+            *report_lines(summaries), "", *curve_lines(summaries), *tier_lines(summaries),
             "![learning curves](learning.png)", "", "CPU: " + " | ".join(cpus), ""]
     path = RESULTS / "learning.md"
     path.write_text("\n".join(text))

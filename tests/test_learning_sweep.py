@@ -112,3 +112,15 @@ def test_a_committed_summary_is_not_run_again(tmp_path, monkeypatch):
         {"overrides": [o.replace("run.threads=2", "run.threads=1") for o in job.overrides]}))
     assert learning.committed(job)  # another thread count is the same run
     assert not learning.committed(learning.job("grpo-lr1e-3", 0, 12, args, 2))  # more steps
+
+
+def test_tier_table_averages_each_tier_of_the_held_out_tasks():
+    tiers = learning.test_tiers()
+    assert len(tiers) == 200 and set(tiers.values()) == {1, 2, 3, 4, 5}
+    one = sorted(t for t, tier in tiers.items() if tier == 1)[:2]
+    two = sorted(t for t, tier in tiers.items() if tier == 2)[:1]
+    run = {"label": "GRPO", "seed": 0, "warm_start": "aaa",
+           "heldout": {"per_task": {one[0]: 1.0, one[1]: 0.0, two[0]: 1.0}}}
+    lines = learning.tier_lines([run])
+    assert "tier 1 (80)" in lines[2] and "tier 5 (12)" in lines[2]
+    assert lines[4] == "| GRPO [w aaa] | 0 | 0.500 | 1.000 | - | - | - |"
