@@ -79,6 +79,16 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("method.name=grpo", "optim.student_lr=1e-3", "data.train_max_tier=1",
          "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=8",
          "rollout.train_max_steps=3")),
+    "lopd-lr1e-3-tier1-g8": (
+        "LOPD, LoRA lr 1e-3, tier-1 training tasks, 4 tasks x 8 rollouts, 3 training turns",
+        ("method.name=lopd", "optim.student_lr=1e-3", "data.train_max_tier=1",
+         "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=4",
+         "rollout.train_max_steps=3")),
+    "skill-sd-lr1e-3-tier1-g8": (
+        "Skill-SD, LoRA lr 1e-3, tier-1 training tasks, 4 tasks x 8 rollouts, 3 training turns",
+        ("method.name=skill-sd", "optim.student_lr=1e-3", "data.train_max_tier=1",
+         "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=4",
+         "rollout.train_max_steps=3")),
     "lopd-lr1e-3": ("LOPD, LoRA lr 1e-3", ("method.name=lopd", "optim.student_lr=1e-3",
                                            "optim.micro_batch=2")),
     "skill-sd-lr1e-3": ("Skill-SD, LoRA lr 1e-3", ("method.name=skill-sd",
