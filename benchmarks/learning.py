@@ -79,6 +79,12 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("method.name=grpo", "optim.student_lr=1e-3", "data.train_max_tier=1",
          "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=8",
          "rollout.train_max_steps=3")),
+    "grpo-lr5e-4-t0.7-tier1-g8": (
+        ("GRPO, LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 rollouts, "
+         "3 training turns"),
+        ("method.name=grpo", "optim.student_lr=5e-4", "rollout.temperature=0.7",
+         "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
+         "optim.micro_batch=8", "rollout.train_max_steps=3")),
     "lopd-lr1e-3-tier1-g8": (
         "LOPD, LoRA lr 1e-3, tier-1 training tasks, 4 tasks x 8 rollouts, 3 training turns",
         ("method.name=lopd", "optim.student_lr=1e-3", "data.train_max_tier=1",

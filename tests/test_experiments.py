@@ -120,3 +120,43 @@ def test_no_new_runs_trains_nothing(tmp_path, capsys):
     assert "[run " not in capsys.readouterr().out
     record = json.loads((out / "methods.json").read_text())
     assert len(record["missing"]) == 10 and not list(runs.glob("code/*/result.json"))
+
+
+def _exited(pid: int) -> bool:
+    """True once ``pid`` is gone or a zombie (an orphan is reaped by whoever adopted it)."""
+    from pathlib import Path
+
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "State:\tZ" in status.read_text()
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/status").exists(),
+                    reason="reads process states from /proc")
+def test_an_isolated_run_stops_when_its_sweep_is_killed():
+    """A run started by ``--isolate`` must not keep training once its sweep is gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.experiments.scales import REPO
+
+    run = ("import time; from benchmarks.experiments.runner import exit_with_parent; "
+           "exit_with_parent(0.1); time.sleep(60)")
+    sweep = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {run!r}]);"
+             " print(p.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", sweep], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True)
+    child = int(parent.stdout.readline())
+    time.sleep(3)  # the child has imported the runner and started watching
+    assert not _exited(child)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 20
+    while not _exited(child) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _exited(child)

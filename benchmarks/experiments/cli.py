@@ -199,6 +199,7 @@ def write(st: plan.Settings, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_run"]:  # a run in a subprocess (``--isolate``)
+        runner.exit_with_parent()
         runner.run_one(plan.Job.from_json(json.loads(Path(argv[1]).read_text())))
         return 0
     args = build_parser().parse_args(argv)

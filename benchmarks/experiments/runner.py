@@ -24,12 +24,14 @@ import copy
 import gc
 import hashlib
 import json
+import os
 import re
 import resource
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -348,6 +350,23 @@ def _close(trainer) -> None:
             bank.close()
     del trainer
     gc.collect()
+
+
+def exit_with_parent(poll_s: float = 2.0) -> threading.Thread:
+    """End this process when the process that started it is gone (a killed sweep must not
+    leave its run training on alone: a restarted sweep would then run it twice at once).
+    Checkpoints are written atomically, so stopping between two of them loses no finished step."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print("[run] the sweep that started this run is gone; stopping", file=sys.stderr, flush=True)
+        os._exit(143)
+
+    watcher = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    watcher.start()
+    return watcher
 
 
 def run_isolated(job: Job) -> None:
