@@ -124,3 +124,11 @@ def test_tier_table_averages_each_tier_of_the_held_out_tasks():
     lines = learning.tier_lines([run])
     assert "tier 1 (80)" in lines[2] and "tier 5 (12)" in lines[2]
     assert lines[4] == "| GRPO [w aaa] | 0 | 0.500 | 1.000 | - | - | - |"
+
+
+def test_mixed_group_share_by_hand():
+    from benchmarks.group_signal import mixed_share
+
+    assert mixed_share([0.5], 4) == pytest.approx(1 - 2 / 16)
+    assert mixed_share([0.0, 1.0], 8) == 0.0  # always or never solved: no signal
+    assert mixed_share([0.5, 0.0], 2) == pytest.approx(0.25)
