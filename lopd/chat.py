@@ -381,6 +381,10 @@ class ChatRenderer:
         """Ids and action mask of one message (``history`` is only used for non-ChatML)."""
         role, content = message["role"], message["content"]
         if self.chatml:
+            if role != "assistant":  # one string, as the template tokenizes it ("\n " merges)
+                ids = self._encode(f"<|im_start|>{role}\n{content}") + [self.end_of_turn_id]
+                return ids + self._turn_separator, [0] * (len(ids) + len(self._turn_separator))
+            # an assistant turn's ids are the sampled ones, which follow the header's newline
             header = self._encode(f"<|im_start|>{role}\n")
             body = self._encode(content) + [self.end_of_turn_id]
             ids = header + body + self._turn_separator

@@ -49,6 +49,9 @@ def test_appending_turns_equals_full_render(smol_tokenizer, tail, cut):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tail=messages)
 def test_render_matches_the_tokenizers_chat_template(smol_tokenizer, tail):
+    # an assistant turn keeps the ids it was sampled as, after the header's newline; the
+    # template's one-string tokenization can merge that newline with leading whitespace
+    tail = [m for m in tail if m["role"] != "assistant" or not m["content"][:1].isspace()]
     conversation = _conversation(tail)
     ids, _ = ChatRenderer(smol_tokenizer).render(conversation, add_generation_prompt=True)
     reference = smol_tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
