@@ -5,8 +5,10 @@ tokenised as its own segment and segments are concatenated. This gives the prefi
 whole library relies on — appending a turn yields exactly the ids a full render would give — and
 lets sampled assistant tokens be appended as they were sampled, never re-tokenised. For ChatML
 models (SmolLM2, Qwen) a segment is ``<|im_start|>{role}\\n{content}<|im_end|>\\n``, which is
-token-for-token what the tokenizer's own chat template produces. For other templates a segment
-is the text the template adds for that message (render of ``messages[:k+1]`` minus render of
+token-for-token what the tokenizer's own chat template produces: system, user and tool segments
+are tokenised as one string (BPE may merge the header's newline with leading whitespace), while
+an assistant's content is tokenised apart from its header, as it is sampled. For other
+templates a segment is the text the template adds for that message (render of ``messages[:k+1]`` minus render of
 ``messages[:k]``).
 
 Action mask. 1 exactly on tokens the model produced: an assistant message's content and its
