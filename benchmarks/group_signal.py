@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import defaultdict
 
 from benchmarks.learning import WARM_ADAPTER
 
@@ -25,7 +24,7 @@ def mixed_share(rates: list[float], group: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     from lopd.envs.toolworld.tasks import load_tasks
-    from lopd.evaluate import EvalSpec, _policy_backend, evaluate_tasks
+    from lopd.evaluate import EvalSpec, _policy_backend, evaluate_tasks, summarize
     from lopd.models import setup_runtime
     from lopd.rollout import RolloutConfig
 
@@ -45,10 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     rollout = RolloutConfig(max_steps=args.turns, max_new_tokens=96, temperature=args.temperature)
     trajs = evaluate_tasks(backend, renderer, [t for t in tasks for _ in range(args.samples)],
                            rollout, batch_size=32, seed=1)
-    per_task: dict[str, list[float]] = defaultdict(list)
-    for traj in trajs:
-        per_task[traj.task.id].append(float(traj.success))
-    rates = sorted(sum(v) / len(v) for v in per_task.values())
+    rates = sorted(summarize(trajs)["per_task"].values())
     print(f"tier {args.tier}, {len(tasks)} tasks x {args.samples}, temperature "
           f"{args.temperature}, {args.turns} turns: {time.time() - started:.0f} s")
     print(f"mean success {sum(rates) / len(rates):.3f}; per task {rates}")
