@@ -95,6 +95,18 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("method.name=skill-sd", "optim.student_lr=1e-3", "data.train_max_tier=1",
          "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=4",
          "rollout.train_max_steps=3")),
+    "lopd-lr5e-4-t0.7-tier1-g8": (
+        ("LOPD, LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 rollouts, "
+         "3 training turns"),
+        ("method.name=lopd", "optim.student_lr=5e-4", "rollout.temperature=0.7",
+         "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
+         "optim.micro_batch=4", "rollout.train_max_steps=3")),
+    "skill-sd-lr5e-4-t0.7-tier1-g8": (
+        ("Skill-SD, LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 "
+         "rollouts, 3 training turns"),
+        ("method.name=skill-sd", "optim.student_lr=5e-4", "rollout.temperature=0.7",
+         "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
+         "optim.micro_batch=4", "rollout.train_max_steps=3")),
     "lopd-lr1e-3": ("LOPD, LoRA lr 1e-3", ("method.name=lopd", "optim.student_lr=1e-3",
                                            "optim.micro_batch=2")),
     "skill-sd-lr1e-3": ("Skill-SD, LoRA lr 1e-3", ("method.name=skill-sd",
@@ -206,10 +218,12 @@ def run_job(job: Job, cpu: str, isolate: bool) -> None:
         write_report()
 
 
-def curve_points(summary_path: Path, threads: int, eval_batch: int) -> int:
+def curve_points(summary_path: Path, threads: int, eval_batch: int,
+                 steps: set[int] | None = None) -> int:
     """Evaluate a finished run's kept checkpoints (all but the last, whose held-out result is
-    the run's own) on the same held-out tasks; add them to its summary as ``curve``. Returns
-    the number of new points. Resumable: points already in the summary are kept."""
+    the run's own; only ``steps`` if given) on the same held-out tasks; add them to its
+    summary as ``curve``. Returns the number of new points. Resumable: points already in the
+    summary are kept."""
     from lopd.checkpoint import list_checkpoints
     from lopd.evaluate import EvalSpec, run_eval
 
@@ -221,7 +235,7 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int) -> int:
     added = 0
     for checkpoint in list_checkpoints(run_dir)[:-1]:
         step = int(checkpoint.name.removeprefix("step-"))
-        if step in done:
+        if step in done or (steps and step not in steps):
             continue
         spec = EvalSpec(model=config.get("model.name", "smollm2-135m"), suites=["toolworld-test"],
                         limit=data["heldout"]["n"], out_dir=str(checkpoint / "heldout"),
@@ -415,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=str(RUNS), help="run directories root")
     p.add_argument("--checkpoint-every", type=int, default=8)
     p.add_argument("--eval-batch", type=int, default=100, help="held-out episodes generated together")
+    p.add_argument("--at", default="", help="curve: only these checkpoint steps (comma-separated)")
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at once, each in its own process with 2/N threads (the warm "
                         "start's evaluation runs first, alone, with 2)")
@@ -431,9 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "curve":
         wanted = set(args.variants.split(","))
+        at = {int(step) for step in args.at.split(",") if step}
         for path in sorted(OUT.glob("*.json")):
             if json.loads(path.read_text())["name"] in wanted:
-                print(f"[learning] {path.stem}: {curve_points(path, 2, args.eval_batch)} new points")
+                print(f"[learning] {path.stem}: {curve_points(path, 2, args.eval_batch, at)} new points")
                 with _lock:
                     write_report()
         return 0

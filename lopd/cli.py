@@ -20,11 +20,12 @@ from lopd import __version__
 
 _EPILOG = """\
 examples:
-  lopd demo                                  the whole pipeline on SmolLM2-135M (runs/demo/)
+  lopd demo                                  a short GRPO run on SmolLM2-135M that learns (runs/demo/)
+  lopd demo --method lopd --out runs/demo-lopd   the same with LOPD (bank, cold start, latent teacher)
   lopd train --method lopd --config configs/toolworld-smollm2.yaml optim.steps=40
   lopd eval --model smollm2-135m --suite toolworld-test,bfcl-multi-turn,humaneval
-  lopd bank stats --run runs/demo
-  lopd inspect --run runs/demo --task tw-test-banking-3
+  lopd bank stats --run runs/demo-lopd/lopd
+  lopd inspect --run runs/demo-lopd/lopd --task tw-test-banking-3
   lopd info
 """
 
@@ -105,7 +106,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     check_demo(args)
     from lopd.demo import run_demo
 
-    run_demo(out_dir=args.out, quick=args.quick)
+    run_demo(out_dir=args.out, quick=args.quick, method=args.method)
     return 0
 
 
@@ -148,8 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lopd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="vanilla eval -> bank -> cold start -> LOPD -> eval -> report")
+    demo = sub.add_parser("demo", help="warm start -> held-out eval -> training -> held-out eval -> report")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    demo.add_argument("--method", default="grpo",
+                      help="training method, as method.name (default: grpo, the setting measured "
+                           "to learn at this budget; lopd adds the bank seeding and the cold start)")
     demo.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
     demo.set_defaults(func=_cmd_demo)
 

@@ -1,9 +1,17 @@
-"""`lopd demo` (`make demo`): the whole pipeline on the embedded SmolLM2-135M-Instruct.
+"""`lopd demo` (`make demo`): a short training run on the embedded SmolLM2-135M-Instruct that
+shows the agent getting better on held-out ToolWorld tasks.
 
-warm start (`lopd sft`, see lopd.sft for why) -> held-out eval of that "vanilla" checkpoint ->
-seed the bank -> cold-start the composer -> LOPD steps -> held-out eval again -> a report
-(``report.md``, ``reward_curve.png``) in the run directory. Sized for a 2-core CPU; ``--quick``
-shrinks everything to a smoke test on the tiny random model.
+warm start -> held-out eval (100 tasks, greedy) -> training steps -> the same held-out eval ->
+a report (``report.md``: success before and after with standard errors and the paired gain;
+``reward_curve.png``: train reward per step with the two held-out points) in the run directory.
+
+The warm start is the adapter the learning sweep starts from, kept in the repository
+(``benchmarks/results/learning/warm-start-adapter``); outside a checkout, `lopd sft` builds one.
+The training setting is the one the sweep measured to learn (benchmarks/RESULTS.md): LoRA lr
+5e-4, sampling temperature 0.7, tier-1 training tasks (one tool call in the reference
+solution), 4 tasks x 8 rollouts per step, 3 turns per training episode. Sized for 20 minutes on
+a 2-core CPU without fast bf16. ``--quick`` shrinks everything to a smoke test on the tiny
+random model.
 """
 
 from __future__ import annotations
@@ -13,22 +21,37 @@ import time
 from pathlib import Path
 
 from lopd.config import Config, validate
+from lopd.evaluate import standard_error
+
+WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "learning" / "warm-start-adapter"
+"""The sweep's committed warm start (present in a repository checkout)."""
+
+SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
+STEPS = 6
+"""Training steps of the full demo (192 rollouts), sized by timing it (benchmarks/results/demo)."""
 
 
-def demo_config(out: Path, quick: bool) -> Config:
-    """Sized for ~20 minutes on a 2-core CPU without fast bf16 (fp32 throughout)."""
+def demo_config(out: Path, quick: bool, method: str = "grpo") -> Config:
+    """The sweep's learning setting at the demo's budget (fp32 on a CPU without fast bf16)."""
     config = Config()
-    config.run.out_dir = str(out / "lopd")
-    config.run.checkpoint_every = 2
-    config.data.eval_tasks = 6 if quick else 16
-    config.optim.steps = 2 if quick else 3
-    config.optim.tasks_per_step = 2
-    config.optim.group_size = 2 if quick else 4
+    config.method.name = method
+    config.run.out_dir = str(out / method)
+    config.run.checkpoint_every = STEPS
+    config.data.train_max_tier = 1
+    config.data.eval_tasks = 6 if quick else 100
+    config.data.eval_batch = 100
+    config.optim.steps = 2 if quick else STEPS
+    config.optim.tasks_per_step = 2 if quick else 4
+    config.optim.group_size = 2 if quick else 8
+    config.optim.micro_batch = 4 if quick or method != "grpo" else 8
+    config.optim.one_domain_batches = True
+    config.optim.student_lr = 5e-4
     config.method.seed_experiences = 20 if quick else 60
     config.method.cold_start_steps = 3 if quick else 8
     config.rollout.max_steps = 6
+    config.rollout.train_max_steps = 3
     config.rollout.max_new_tokens = 24 if quick else 96
-    config.rollout.temperature = 1.0
+    config.rollout.temperature = 0.7
     if quick:
         config.model.name = "tiny-random"
         config.method.latent_tokens = 4
@@ -36,10 +59,21 @@ def demo_config(out: Path, quick: bool) -> Config:
     return validate(config)
 
 
-SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
+def warm_start(out: Path, config: Config, quick: bool) -> str:
+    """The committed warm start for the default model, else a fresh `lopd sft` adapter."""
+    if not quick and (WARM_START / "adapter_model.safetensors").is_file():
+        print(f"[1/4] warm start: {WARM_START}")
+        return str(WARM_START)
+    from lopd.sft import run_sft
+
+    print(f"[1/4] warm start on reference trajectories -> {out / 'sft'}")
+    return str(run_sft(model=config.model.name, out_dir=str(out / "sft"), steps=SFT_STEPS[quick],
+                       n_tasks=40 if quick else 400, threads=config.run.threads,
+                       device=config.model.device))
 
 
-def reward_curve(metrics_path: Path, png: Path) -> None:
+def reward_curve(metrics_path: Path, png: Path, method: str) -> None:
+    """Train reward per step (rollouts consumed) and held-out success before and after."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,11 +81,15 @@ def reward_curve(metrics_path: Path, png: Path) -> None:
 
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
     train = [r for r in rows if "reward" in r]
+    held = [r for r in rows if "eval/success" in r]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["rollouts"] for r in train], [r["reward"] for r in train], marker="o", label="train reward")
+    ax.plot([r["rollouts"] for r in train], [r["reward"] for r in train], marker="o",
+            label="train reward")
+    ax.plot([r["rollouts"] for r in held], [r["eval/success"] for r in held], marker="s",
+            linestyle="--", label="held-out success")
     ax.set_xlabel("rollouts consumed")
-    ax.set_ylabel("mean reward")
-    ax.set_title("LOPD on ToolWorld (SmolLM2-135M)")
+    ax.set_ylabel("reward / success")
+    ax.set_title(f"{method.upper()} on ToolWorld (SmolLM2-135M)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -59,48 +97,56 @@ def reward_curve(metrics_path: Path, png: Path) -> None:
     plt.close(fig)
 
 
-def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> Path:
-    from lopd.sft import run_sft
+def run_demo(out_dir: str = "runs/demo", quick: bool = False, method: str = "grpo") -> Path:
     from lopd.trainer import Trainer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    config = demo_config(out, quick)
-    print(f"[1/4] warm start on reference trajectories -> {out / 'sft'}")
-    adapter = run_sft(model=config.model.name, out_dir=str(out / "sft"),
-                      steps=SFT_STEPS[quick], n_tasks=40 if quick else 400,
-                      threads=config.run.threads, device=config.model.device)
-    config.model.init_adapter = str(adapter)
-    print("[2/4] LOPD run: seed bank, cold start, build trainer")
+    config = demo_config(out, quick, method)
+    config.model.init_adapter = warm_start(out, config, quick)
+    print(f"[2/4] building the {method} trainer; held-out eval before training "
+          f"({config.data.eval_tasks} tasks)")
     trainer = Trainer(config)
-    print("[2/4] held-out eval before LOPD")
     before = trainer.evaluate()
-    print(f"      success {before['success']:.3f}, reward {before['reward']:.3f}")
-    print(f"[3/4] {config.optim.steps} LOPD steps")
+    print(f"      success {before['success']:.3f} +- {before['success_se']:.3f}")
+    print(f"[3/4] {config.optim.steps} {method} steps")
     trainer.fit()
     trainer.checkpoint()
-    print("[4/4] held-out eval after LOPD")
+    print("[4/4] held-out eval after training")
     after = trainer.evaluate()
+    print(f"      success {after['success']:.3f} +- {after['success_se']:.3f}")
     png = out / "reward_curve.png"
-    reward_curve(trainer.metrics_path, png)
+    reward_curve(trainer.metrics_path, png, method)
     report = write_report(out, config, before, after, trainer, time.time() - started)
     print(f"report: {report}\nplot: {png}")
     return report
 
 
+def paired_gain(after: dict, before: dict) -> tuple[float, float]:
+    """Mean and standard error of the per-task success difference (same tasks, greedy)."""
+    diffs = [after["per_task"][task] - before["per_task"][task] for task in before["per_task"]]
+    return sum(diffs) / max(1, len(diffs)), standard_error(diffs)
+
+
 def write_report(out: Path, config: Config, before: dict, after: dict, trainer, seconds: float) -> Path:
-    coldstart = Path(config.run.out_dir) / "coldstart.json"
-    cs = json.loads(coldstart.read_text()) if coldstart.exists() else {}
+    gain, gain_se = paired_gain(after, before)
+    name = config.method.name
     lines = [
         "# lopd demo", "",
-        (f"Model {config.model.name} (LoRA warm start = \"vanilla\"), ToolWorld, "
-         f"{config.optim.steps} LOPD steps x {config.optim.tasks_per_step} tasks x "
-         f"{config.optim.group_size} rollouts; wall time {seconds / 60:.1f} min."), "",
-        f"| held-out ToolWorld ({before['n']} tasks) | success | mean reward |", "|---|---|---|",
-        f"| vanilla (warm start) | {before['success']:.3f} | {before['reward']:.3f} |",
-        f"| after LOPD | {after['success']:.3f} | {after['reward']:.3f} |", "",
+        (f"Model {config.model.name} from its LoRA warm start, ToolWorld; {config.optim.steps} "
+         f"{name} steps x {config.optim.tasks_per_step} tier-1 tasks x "
+         f"{config.optim.group_size} rollouts, LoRA lr {config.optim.student_lr:g}, "
+         f"temperature {config.rollout.temperature:g}; wall time {seconds / 60:.1f} min."), "",
+        f"| held-out ToolWorld ({before['n']} tasks, greedy) | success | mean reward |",
+        "|---|---|---|",
+        f"| warm start | {before['success']:.3f} +- {before['success_se']:.3f} | {before['reward']:.3f} |",
+        f"| after {name} | {after['success']:.3f} +- {after['success_se']:.3f} | {after['reward']:.3f} |",
+        "",
+        f"Paired gain on the same tasks: {gain:+.3f} +- {gain_se:.3f} (standard error).", "",
     ]
+    coldstart = Path(config.run.out_dir) / "coldstart.json"
+    cs = json.loads(coldstart.read_text()) if coldstart.exists() else {}
     if "heldout_nll_context" in cs:
         lines += [(f"Cold start: held-out teacher NLL per action token "
                    f"{cs['heldout_nll_no_context']:.3f} without latent context, "

@@ -1,11 +1,48 @@
 """`lopd demo --quick` runs the whole pipeline on the tiny model and writes its report."""
 
+import json
+
+import pytest
+
 from lopd.cli import main
+from lopd.demo import demo_config, paired_gain
 
 
 def test_quick_demo_writes_report_and_plot(tmp_path):
     assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
-    assert "| vanilla (warm start) |" in report and "| after LOPD |" in report
+    assert "| warm start |" in report and "| after grpo |" in report
+    assert "Paired gain on the same tasks:" in report
     assert (tmp_path / "reward_curve.png").stat().st_size > 1000
-    assert (tmp_path / "lopd" / "checkpoints").is_dir()
+    assert (tmp_path / "grpo" / "checkpoints").is_dir()
+    rows = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("eval/success" in row for row in rows) == 2  # before and after
+
+
+def test_quick_lopd_demo_seeds_bank_and_cold_starts(tmp_path):
+    assert main(["demo", "--quick", "--method", "lopd", "--out", str(tmp_path)]) == 0
+    assert "| after lopd |" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "lopd" / "bank.sqlite").is_file()
+    assert (tmp_path / "lopd" / "coldstart.json").is_file()
+
+
+def test_full_demo_setting_is_the_sweeps_learning_setting(tmp_path):
+    config = demo_config(tmp_path, quick=False)
+    assert (config.method.name, config.optim.student_lr, config.rollout.temperature) == ("grpo", 5e-4, 0.7)
+    assert (config.data.train_max_tier, config.optim.tasks_per_step, config.optim.group_size) == (1, 4, 8)
+    assert config.rollout.train_max_steps == 3 and config.rollout.max_steps == 6
+    assert config.data.eval_tasks >= 100
+
+
+def test_unknown_method_fails_naming_the_field(tmp_path):
+    with pytest.raises(Exception, match="method.name"):
+        demo_config(tmp_path, quick=True, method="ppo")
+
+
+def test_paired_gain_by_hand():
+    before = {"per_task": {"a": 0.0, "b": 1.0, "c": 0.0}}
+    after = {"per_task": {"a": 1.0, "b": 1.0, "c": 1.0}}
+    gain, se = paired_gain(after, before)
+    assert gain == pytest.approx(2 / 3)
+    # diffs 1, 0, 1: sample variance 1/3, se = sqrt(1/3 / 3) = 1/3
+    assert se == pytest.approx(1 / 3)
