@@ -45,6 +45,10 @@ class RolloutConfig:
     top_k: int = 0
     """Sample only among the k most likely tokens (0 = off); applied after the temperature and
     before top_p, e.g. temperature 0.7, top_p 0.95, top_k 20."""
+    merged_decoding: bool = True
+    """Generate with the LoRA student merged into one plain model (``lopd.merged``): the same
+    function up to float rounding, one product per linear instead of the adapter's extra ones.
+    The training forwards and the teacher are unaffected."""
 
 
 @dataclass

@@ -54,6 +54,7 @@ class Runtime:
     student_opt: Any = None
     composer_opt: Any = None
     sharded: bool = False  # dist.strategy=fsdp: student and teacher copy sharded (lopd.fsdp)
+    merged: Any = None  # lopd.merged.MergedStudent under rollout.merged_decoding, built on first use
 
     @property
     def pad_id(self) -> int:
@@ -93,11 +94,22 @@ class Runtime:
 
         return autocast_context(self.dtype, self.device)
 
+    def decoder(self):
+        """The model generation runs: under ``rollout.merged_decoding`` (a LoRA student, not
+        sharded) the student merged into one plain model (``lopd.merged``), else the model."""
+        from lopd.merged import MergedStudent
+
+        if not self.config.rollout.merged_decoding or self.sharded or self.config.model.student != "lora":
+            return self.model
+        if self.merged is None and MergedStudent.supported(self.model, STUDENT):
+            self.merged = MergedStudent(self.model, STUDENT)
+        return self.model if self.merged is None else self.merged.sync()
+
     def backend(self):
         """The HF generation backend over the current student weights."""
         from lopd.generation import HFBackend
 
-        return HFBackend(self.model, self.renderer.stop_ids, self.pad_id,
+        return HFBackend(self.decoder(), self.renderer.stop_ids, self.pad_id,
                          autocast=self.dtype == "bf16-autocast")
 
     def student_parameters(self) -> list[torch.nn.Parameter]:
