@@ -1,7 +1,7 @@
 """`lopd demo` (`make demo`): a short training run on the embedded SmolLM2-135M-Instruct that
 shows the agent getting better on held-out ToolWorld tasks.
 
-warm start -> held-out eval (100 tasks, greedy) -> training steps -> the same held-out eval ->
+warm start -> held-out eval (100 tasks of tiers 1-2, greedy) -> training steps -> the same held-out eval ->
 a report (``report.md``: success before and after with standard errors and the paired gain;
 ``reward_curve.png``: train reward per step with the two held-out points) in the run directory.
 
@@ -27,20 +27,30 @@ WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "l
 """The sweep's committed warm start (present in a repository checkout)."""
 
 SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
-STEPS = 6
-"""Training steps of the full demo (192 rollouts), sized by timing it (benchmarks/results/demo)."""
+STEPS = 8
+"""Training steps of the full demo (256 rollouts), sized by timing it (benchmarks/results/demo)."""
+EVAL_MAX_TIER = 2
+"""The demo's held-out tasks: the first 100 of tiers 1-2 (53 tier-1, 47 tier-2). Training uses
+tier 1, where the sweep's gain is; tiers 3-5 stay at 0 at this budget and their failed
+six-turn episodes would double the evaluation time."""
+EVAL_TURNS = 4
+"""Turn cap of the demo's held-out episodes: a tier-1 task is solved in 2 turns and a tier-2
+task in 3; failed episodes, which set the evaluation's length, stop 2 turns earlier than the
+sweep's 6."""
 
 
-def demo_config(out: Path, quick: bool, method: str = "grpo") -> Config:
+def demo_config(out: Path, quick: bool, method: str = "grpo", steps: int = 0) -> Config:
     """The sweep's learning setting at the demo's budget (fp32 on a CPU without fast bf16)."""
     config = Config()
     config.method.name = method
     config.run.out_dir = str(out / method)
-    config.run.checkpoint_every = STEPS
+    steps = steps or (2 if quick else STEPS)
+    config.run.checkpoint_every = steps
     config.data.train_max_tier = 1
     config.data.eval_tasks = 6 if quick else 100
+    config.data.eval_max_tier = 0 if quick else EVAL_MAX_TIER
     config.data.eval_batch = 100
-    config.optim.steps = 2 if quick else STEPS
+    config.optim.steps = steps
     config.optim.tasks_per_step = 2 if quick else 4
     config.optim.group_size = 2 if quick else 8
     config.optim.micro_batch = 4 if quick or method != "grpo" else 8
@@ -48,7 +58,7 @@ def demo_config(out: Path, quick: bool, method: str = "grpo") -> Config:
     config.optim.student_lr = 5e-4
     config.method.seed_experiences = 20 if quick else 60
     config.method.cold_start_steps = 3 if quick else 8
-    config.rollout.max_steps = 6
+    config.rollout.max_steps = 6 if quick else EVAL_TURNS
     config.rollout.train_max_steps = 3
     config.rollout.max_new_tokens = 24 if quick else 96
     config.rollout.temperature = 0.7
@@ -97,13 +107,14 @@ def reward_curve(metrics_path: Path, png: Path, method: str) -> None:
     plt.close(fig)
 
 
-def run_demo(out_dir: str = "runs/demo", quick: bool = False, method: str = "grpo") -> Path:
+def run_demo(out_dir: str = "runs/demo", quick: bool = False, method: str = "grpo",
+             steps: int = 0) -> Path:
     from lopd.trainer import Trainer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    config = demo_config(out, quick, method)
+    config = demo_config(out, quick, method, steps)
     config.model.init_adapter = warm_start(out, config, quick)
     print(f"[2/4] building the {method} trainer; held-out eval before training "
           f"({config.data.eval_tasks} tasks)")
@@ -132,13 +143,16 @@ def paired_gain(after: dict, before: dict) -> tuple[float, float]:
 def write_report(out: Path, config: Config, before: dict, after: dict, trainer, seconds: float) -> Path:
     gain, gain_se = paired_gain(after, before)
     name = config.method.name
+    tiers = f" of tiers 1-{config.data.eval_max_tier}" if config.data.eval_max_tier else ""
     lines = [
         "# lopd demo", "",
         (f"Model {config.model.name} from its LoRA warm start, ToolWorld; {config.optim.steps} "
          f"{name} steps x {config.optim.tasks_per_step} tier-1 tasks x "
          f"{config.optim.group_size} rollouts, LoRA lr {config.optim.student_lr:g}, "
          f"temperature {config.rollout.temperature:g}; wall time {seconds / 60:.1f} min."), "",
-        f"| held-out ToolWorld ({before['n']} tasks, greedy) | success | mean reward |",
+        (f"| held-out ToolWorld ({before['n']} tasks{tiers}, greedy, {config.rollout.max_steps} "
+         "turns) | success | "
+         "mean reward |"),
         "|---|---|---|",
         f"| warm start | {before['success']:.3f} +- {before['success_se']:.3f} | {before['reward']:.3f} |",
         f"| after {name} | {after['success']:.3f} +- {after['success_se']:.3f} | {after['reward']:.3f} |",
