@@ -20,7 +20,7 @@ from lopd import __version__
 
 _EPILOG = """\
 examples:
-  lopd demo                                  a short GRPO run on SmolLM2-135M that learns (runs/demo/)
+  lopd demo                                  a short GRPO run on SmolLM2-135M, held-out before/after (runs/demo/)
   lopd demo --method lopd --out runs/demo-lopd   the same with LOPD (bank, cold start, latent teacher)
   lopd train --method lopd --config configs/toolworld-smollm2.yaml optim.steps=40
   lopd eval --model smollm2-135m --suite toolworld-test,bfcl-multi-turn,humaneval

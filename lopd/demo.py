@@ -1,5 +1,5 @@
-"""`lopd demo` (`make demo`): a short training run on the embedded SmolLM2-135M-Instruct that
-shows the agent getting better on held-out ToolWorld tasks.
+"""`lopd demo` (`make demo`): a short training run on the embedded SmolLM2-135M-Instruct with
+held-out ToolWorld success measured before and after it.
 
 warm start -> held-out eval (100 tasks of tiers 1-2, greedy) -> training steps -> the same held-out eval ->
 a report (``report.md``: success before and after with standard errors and the paired gain;
@@ -28,7 +28,9 @@ WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "l
 
 SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
 STEPS = 8
-"""Training steps of the full demo (256 rollouts), sized by timing it (benchmarks/results/demo)."""
+"""Training steps of the full demo (256 rollouts), sized by timing it (benchmarks/results/demo:
+21.4 min on 2 AVX2 cores, held-out +0.010 +- 0.054). The learning sweep's gain (+0.09 on 200
+held-out tasks) took 24 steps: ``lopd demo --steps 24``."""
 EVAL_MAX_TIER = 2
 """The demo's held-out tasks: the first 100 of tiers 1-2 (53 tier-1, 47 tier-2). Training uses
 tier 1, where the sweep's gain is; tiers 3-5 stay at 0 at this budget and their failed
