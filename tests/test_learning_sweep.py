@@ -132,3 +132,31 @@ def test_mixed_group_share_by_hand():
     assert mixed_share([0.5], 4) == pytest.approx(1 - 2 / 16)
     assert mixed_share([0.0, 1.0], 8) == 0.0  # always or never solved: no signal
     assert mixed_share([0.5, 0.0], 2) == pytest.approx(0.25)
+
+
+def test_curve_evaluates_only_the_asked_checkpoints_and_resumes(tmp_path, monkeypatch):
+    import lopd.checkpoint
+    import lopd.evaluate
+
+    run_dir = tmp_path / "run"
+    checkpoints = [run_dir / "checkpoints" / f"step-{n}" for n in (4, 8, 12, 16)]
+    monkeypatch.setattr(lopd.checkpoint, "list_checkpoints", lambda _: checkpoints)
+    evaluated = []
+
+    def fake_eval(spec):
+        evaluated.append(spec.adapter)
+        return {"toolworld-test": {"n": 2, "success": 0.5, "per_task": {"a": 1.0, "b": 0.0}}}
+
+    monkeypatch.setattr(lopd.evaluate, "run_eval", fake_eval)
+    monkeypatch.setattr(learning, "REPO", tmp_path)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({
+        "run_dir": "run", "heldout": {"n": 2},
+        "overrides": ["optim.tasks_per_step=4", "optim.group_size=8", "rollout.max_new_tokens=96",
+                      "rollout.max_steps=6"]}))
+    assert learning.curve_points(path, 1, 8, steps={8}) == 1
+    assert evaluated == [str(checkpoints[1] / "student")]
+    assert learning.curve_points(path, 1, 8) == 2  # steps 4 and 12; 8 is kept, 16 is the run's own
+    assert len(evaluated) == 3
+    curve = json.loads(path.read_text())["curve"]
+    assert [(p["step"], p["rollouts"]) for p in curve] == [(4, 128), (8, 256), (12, 384)]
