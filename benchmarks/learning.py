@@ -47,6 +47,7 @@ from pathlib import Path
 from benchmarks.experiments import runner
 from benchmarks.experiments.plan import Job, identity_overrides
 from benchmarks.experiments.scales import CONFIGS, REPO
+from lopd.evaluate import paired_gain as paired
 from lopd.evaluate import standard_error
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -256,13 +257,6 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
 
 def load_summaries() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
-
-
-def paired(after: dict, before: dict) -> tuple[float, float, int]:
-    """Mean and standard error of per-task success differences on the tasks both ran."""
-    diffs = [after[t] - before[t] for t in sorted(set(after) & set(before))]
-    mean = sum(diffs) / len(diffs) if diffs else 0.0
-    return mean, standard_error(diffs), len(diffs)
 
 
 def _se(point: dict) -> float:

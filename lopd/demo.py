@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lopd.config import Config, validate
-from lopd.evaluate import standard_error
+from lopd.evaluate import paired_gain
 
 WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "learning" / "warm-start-adapter"
 """The sweep's committed warm start (present in a repository checkout)."""
@@ -136,14 +136,8 @@ def run_demo(out_dir: str = "runs/demo", quick: bool = False, method: str = "grp
     return report
 
 
-def paired_gain(after: dict, before: dict) -> tuple[float, float]:
-    """Mean and standard error of the per-task success difference (same tasks, greedy)."""
-    diffs = [after["per_task"][task] - before["per_task"][task] for task in before["per_task"]]
-    return sum(diffs) / max(1, len(diffs)), standard_error(diffs)
-
-
 def write_report(out: Path, config: Config, before: dict, after: dict, trainer, seconds: float) -> Path:
-    gain, gain_se = paired_gain(after, before)
+    gain, gain_se, _ = paired_gain(after["per_task"], before["per_task"])
     name = config.method.name
     tiers = f" of tiers 1-{config.data.eval_max_tier}" if config.data.eval_max_tier else ""
     lines = [

@@ -52,6 +52,13 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
     return summary
 
 
+def paired_gain(after: dict[str, float], before: dict[str, float]) -> tuple[float, float, int]:
+    """Mean and standard error of per-task success differences (``per_task`` dicts) on the
+    tasks both ran, and their number."""
+    diffs = [after[t] - before[t] for t in sorted(set(after) & set(before))]
+    return (sum(diffs) / len(diffs) if diffs else 0.0), standard_error(diffs), len(diffs)
+
+
 def standard_error(values: Sequence[float]) -> float:
     """Standard error of the mean (sample std / sqrt(n)); 0 for fewer than two values."""
     n = len(values)

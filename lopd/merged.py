@@ -54,9 +54,7 @@ class MergedStudent:
         replace = {}
         for path, layer in self.layers.items():
             base_linear = layer.get_base_layer()
-            linear = copy.copy(base_linear)
-            linear.__dict__["_parameters"] = dict(base_linear._parameters)
-            linear.__dict__["_modules"] = {}
+            linear = _clone_tree(base_linear, {})
             linear.weight = torch.nn.Parameter(base_linear.weight.detach().clone(), requires_grad=False)
             replace[path] = linear
         self.model = _clone_tree(peft_model.get_base_model(), replace)

@@ -54,7 +54,8 @@ class Runtime:
     student_opt: Any = None
     composer_opt: Any = None
     sharded: bool = False  # dist.strategy=fsdp: student and teacher copy sharded (lopd.fsdp)
-    merged: Any = None  # lopd.merged.MergedStudent under rollout.merged_decoding, built on first use
+    merged: Any = None  # lopd.merged.MergedStudent under rollout.merged_decoding, built on first
+    # use; False where the student's adapter cannot be merged
 
     @property
     def pad_id(self) -> int:
@@ -101,9 +102,10 @@ class Runtime:
 
         if not self.config.rollout.merged_decoding or self.sharded or self.config.model.student != "lora":
             return self.model
-        if self.merged is None and MergedStudent.supported(self.model, STUDENT):
-            self.merged = MergedStudent(self.model, STUDENT)
-        return self.model if self.merged is None else self.merged.sync()
+        if self.merged is None:
+            supported = MergedStudent.supported(self.model, STUDENT)
+            self.merged = MergedStudent(self.model, STUDENT) if supported else False
+        return self.merged.sync() if self.merged else self.model
 
     def backend(self):
         """The HF generation backend over the current student weights."""

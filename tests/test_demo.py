@@ -5,7 +5,8 @@ import json
 import pytest
 
 from lopd.cli import main
-from lopd.demo import demo_config, paired_gain
+from lopd.demo import demo_config
+from lopd.evaluate import paired_gain
 
 
 def test_quick_demo_writes_report_and_plot(tmp_path):
@@ -42,7 +43,7 @@ def test_unknown_method_fails_naming_the_field(tmp_path):
 def test_paired_gain_by_hand():
     before = {"per_task": {"a": 0.0, "b": 1.0, "c": 0.0}}
     after = {"per_task": {"a": 1.0, "b": 1.0, "c": 1.0}}
-    gain, se = paired_gain(after, before)
+    gain, se, _ = paired_gain(after["per_task"], before["per_task"])
     assert gain == pytest.approx(2 / 3)
     # diffs 1, 0, 1: sample variance 1/3, se = sqrt(1/3 / 3) = 1/3
     assert se == pytest.approx(1 / 3)
