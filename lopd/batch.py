@@ -47,24 +47,39 @@ class TokenBatch:
             self.input_ids, self.attention_mask, self.action_mask, self.prompt_lens)))
 
 
-def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
-    """Right-pad a list of trajectories into a ``TokenBatch``."""
+def collate(trajectories: Sequence[Trajectory], pad_id: int,
+            through_last_action: bool = False) -> TokenBatch:
+    """Right-pad a list of trajectories into a ``TokenBatch``.
+
+    ``through_last_action`` drops each row's tokens after its last action token (an episode
+    cut at its turn limit ends with the environment's last observation): no supervised logit
+    of a causal model depends on them, so training forwards skip them at no change in the loss.
+    """
     if not trajectories:
         raise ValueError("collate needs at least one trajectory")
-    length = max(len(t.input_ids) for t in trajectories)
+    for traj in trajectories:
+        if len(traj.action_mask) != len(traj.input_ids):
+            raise ValueError(f"trajectory {traj.task.id}: action_mask and input_ids differ in length")
+    kept = [kept_length(t) if through_last_action else len(t.input_ids) for t in trajectories]
+    length = max(kept)
     batch = len(trajectories)
     input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
     attention = torch.zeros((batch, length), dtype=torch.long)
     action = torch.zeros((batch, length), dtype=torch.bool)
-    for row, traj in enumerate(trajectories):
-        n = len(traj.input_ids)
-        if len(traj.action_mask) != n:
-            raise ValueError(f"trajectory {traj.task.id}: action_mask and input_ids differ in length")
-        input_ids[row, :n] = torch.tensor(traj.input_ids, dtype=torch.long)
+    for row, (traj, n) in enumerate(zip(trajectories, kept)):
+        input_ids[row, :n] = torch.tensor(traj.input_ids[:n], dtype=torch.long)
         attention[row, :n] = 1
-        action[row, :n] = torch.tensor(traj.action_mask, dtype=torch.bool)
+        action[row, :n] = torch.tensor(traj.action_mask[:n], dtype=torch.bool)
     prompt_lens = torch.tensor([t.prompt_len for t in trajectories], dtype=torch.long)
     return TokenBatch(input_ids, attention, action, prompt_lens)
+
+
+def kept_length(traj: Trajectory) -> int:
+    """Tokens up to and including the last action token (all of them if there is none)."""
+    for index in range(len(traj.action_mask) - 1, -1, -1):
+        if traj.action_mask[index]:
+            return index + 1
+    return len(traj.input_ids)
 
 
 def gather_token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -185,6 +185,16 @@ class OptimConfig:
     """Global gradient-norm clip (0 = off)."""
     micro_batch: int = 4
     """Trajectories per forward/backward (gradient accumulation over the step's batch)."""
+    length_sorted: bool = True
+    """Cut micro-batches from the step's rows in order of (task group, length), so that rows of
+    similar length share a forward and less of it is padding. The same rows, so the same
+    gradients up to float summation order (tested); a task's rollouts stay together, so
+    ``share_prefix`` still runs each task prompt once per micro-batch
+    (benchmarks/results/update_order.md)."""
+    trim_after_last_action: bool = True
+    """Training forwards stop at each row's last action token: an episode cut at its turn limit
+    ends with an observation that no supervised logit depends on (causal model), so skipping it
+    changes no loss (tested) and saves its forward and backward."""
     one_domain_batches: bool = False
     """Draw each step's tasks from one domain (a random one per step, from the (seed, step)
     stream) instead of from the whole pool. A domain's tasks share its system prompt (tool

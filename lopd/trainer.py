@@ -33,7 +33,7 @@ import torch
 
 from lopd import distributed, losses
 from lopd.atomic import append_line, write_with
-from lopd.batch import collate
+from lopd.batch import collate, kept_length
 from lopd.checkpoint import latest_checkpoint
 from lopd.config import Config, save_config
 from lopd.contexts import StepContext
@@ -158,9 +158,12 @@ class Trainer:
         step_size = cfg.optim.micro_batch
         lockstep = rt.sharded  # FSDP: every process runs every micro-batch (lopd.fsdp)
         carrying = list(range(len(trajs))) if lockstep else signal_rows(active, advantages)
+        if cfg.optim.length_sorted:
+            carrying = by_group_and_length(trajs, carrying)
         for start in range(0, len(carrying), step_size):
             rows = carrying[start:start + step_size]
-            batch = collate([trajs[r] for r in rows], rt.pad_id).to(device)
+            batch = collate([trajs[r] for r in rows], rt.pad_id,
+                            through_last_action=cfg.optim.trim_after_last_action).to(device)
             targets = batch.targets[batch.target_mask]
             row_of = batch.target_mask.nonzero()[:, 0]
             with rt.autocast():
@@ -281,6 +284,12 @@ def signal_rows(active: torch.Tensor, advantages: torch.Tensor | None) -> list[i
     if advantages is not None:
         keep = keep & (advantages.detach().cpu() != 0)
     return keep.nonzero().squeeze(-1).tolist()
+
+
+def by_group_and_length(trajs: list[Trajectory], rows: list[int]) -> list[int]:
+    """``rows`` ordered by (task group, tokens): micro-batches cut from this order pad less,
+    and keep a task's rollouts together for the shared-prefix forwards."""
+    return sorted(rows, key=lambda row: (trajs[row].group, kept_length(trajs[row])))
 
 
 def train(config: Config, resume: bool = False) -> Trainer:

@@ -318,3 +318,24 @@ def test_prefix_groups_finds_repeated_prefixes():
     inputs = torch.tensor([[1., 2, 3], [1, 2, 4], [1, 9, 3], [1, 2, 3]])[..., None]
     reps, inverse = prefix_groups(inputs, torch.tensor([2, 2, 2, 3]))
     assert reps == [0, 2, 3] and inverse.tolist() == [0, 0, 1, 2]
+
+
+def test_collate_through_last_action_drops_only_the_trailing_observation():
+    from lopd.batch import collate, kept_length
+    from lopd.types import Task, Trajectory
+
+    task = Task(id="t", split="train", domain="d", prompt="p")
+    cut = Trajectory(task=task, input_ids=[5, 6, 7, 8, 9, 10, 11], action_mask=[0, 0, 1, 1, 0, 0, 0],
+                     turn_spans=[(2, 4)], prompt_len=2, messages=[])
+    done = Trajectory(task=task, input_ids=[5, 6, 7], action_mask=[0, 1, 1], turn_spans=[(1, 3)],
+                      prompt_len=1, messages=[])
+    silent = Trajectory(task=task, input_ids=[5, 6], action_mask=[0, 0], turn_spans=[],
+                        prompt_len=2, messages=[])
+    assert [kept_length(t) for t in (cut, done, silent)] == [4, 3, 2]
+    full = collate([cut, done, silent], pad_id=0)
+    trimmed = collate([cut, done, silent], pad_id=0, through_last_action=True)
+    assert full.input_ids.shape == (3, 7) and trimmed.input_ids.shape == (3, 4)
+    assert trimmed.input_ids.tolist() == [[5, 6, 7, 8], [5, 6, 7, 0], [5, 6, 0, 0]]
+    assert trimmed.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]]
+    # the supervised targets are the same tokens in the same order
+    assert full.targets[full.target_mask].tolist() == trimmed.targets[trimmed.target_mask].tolist()

@@ -298,3 +298,43 @@ def test_train_max_steps_caps_training_rollouts_only(tmp_path, monkeypatch):
     trainer.rt.rollout(trainer.sample_tasks(0), 0)
     assert caps == [(1, {1}), (3, {3})]
     assert trainer.config.rollout.max_steps == 3  # the evaluation cap is untouched
+
+
+@pytest.mark.parametrize("option", ["optim.length_sorted", "optim.trim_after_last_action"])
+@pytest.mark.parametrize("method", ["lopd", "grpo"])
+def test_exact_update_options_give_the_same_gradients(tmp_path, method, option):
+    """optim.length_sorted only reorders the step's rows before micro-batches are cut, and
+    optim.trim_after_last_action only drops tokens after each row's last action: the loss terms
+    and every gradient (student and composer) are those of the plain update."""
+    from lopd.batch import kept_length
+    from lopd.trainer import by_group_and_length
+
+    trainer = Trainer(_config(tmp_path, method, **{"optim.group_size": 4}))
+    _with_one_success_per_group(trainer)  # the reference rollouts differ in length
+    rt = trainer.rt
+    trajs = rt.rollout(trainer.sample_tasks(0), 0)
+    rt.update_bank(trajs, 0)
+    rows = list(range(len(trajs)))
+    if option == "optim.length_sorted":  # the option changes the micro-batches
+        assert by_group_and_length(trajs, rows) != rows
+        assert [trajs[r].group for r in by_group_and_length(trajs, rows)] == sorted(
+            t.group for t in trajs)
+    else:  # rollouts cut at the turn limit end with an observation
+        assert any(kept_length(t) < len(t.input_ids) for t in trajs)
+    rt.optimizer_step = lambda: None  # keep the gradients of one update
+    params = rt.student_parameters() + (rt.composer.trainable_parameters() if rt.composer else [])
+    section, name = option.split(".")
+    seen = {}
+    for enabled in (False, True):
+        setattr(getattr(trainer.config, section), name, enabled)
+        context = rt.context(trajs, 0) if method == "lopd" else None
+        terms, _ = trainer.update(trajs, context, {})
+        seen[enabled] = (terms.distill, terms.delta, terms.rows,
+                         [p.grad.clone() for p in params if p.grad is not None])
+    plain, changed = seen[False], seen[True]
+    assert plain[2] == changed[2] > 0
+    assert changed[0] == pytest.approx(plain[0], rel=1e-5, abs=1e-6)
+    assert changed[1] == pytest.approx(plain[1], rel=1e-5, abs=1e-6)
+    assert len(plain[3]) == len(changed[3]) > 0
+    for a, b in zip(changed[3], plain[3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
