@@ -34,10 +34,9 @@ import torch
 from benchmarks.bench_step import time_rest_of_step
 from benchmarks.bench_throughput import cpu_line
 from benchmarks.learning import BASE, SHARED, VARIANTS, WARM_ADAPTER
-from lopd.batch import kept_length
+from lopd.batch import forwarded_length
 from lopd.config import apply, load_config, parse_overrides
-from lopd.losses import group_advantages
-from lopd.trainer import Trainer, by_group_and_length, signal_rows
+from lopd.trainer import Trainer, grpo_advantages, micro_batches
 
 RESULTS = Path(__file__).parent / "results"
 COPIED = ("composer_phi0", "coldstart.json", "bank.sqlite")
@@ -58,25 +57,15 @@ def build(args, out: Path) -> Trainer:
 
 def forwarded_tokens(trainer: Trainer, trajs, active: torch.Tensor) -> dict:
     """Tokens after each row's prompt that the micro-batches forward (padded) and hold (real)."""
-    advantages = None
-    if trainer.config.method.name == "grpo":
-        advantages = group_advantages(torch.tensor([t.reward for t in trajs]),
-                                      torch.tensor([t.group for t in trajs]))
-    rows = signal_rows(active, advantages)
-    if trainer.config.optim.length_sorted:
-        rows = by_group_and_length(trajs, rows)
-    size = trainer.config.optim.micro_batch
+    optim = trainer.config.optim
+    advantages = grpo_advantages(trajs) if trainer.config.method.name == "grpo" else None
     padded = real = 0
-    for start in range(0, len(rows), size):
-        tails = [forwarded_length(trainer, trajs[r]) - trajs[r].prompt_len
-                 for r in rows[start:start + size]]
+    for rows in micro_batches(trajs, active, advantages, optim):
+        tails = [forwarded_length(trajs[r], optim.trim_after_last_action) - trajs[r].prompt_len
+                 for r in rows]
         padded += len(tails) * max(tails)
         real += sum(tails)
     return {"padded": padded, "real": real, "padding_share": round(1 - real / max(padded, 1), 3)}
-
-
-def forwarded_length(trainer: Trainer, traj) -> int:
-    return kept_length(traj) if trainer.config.optim.trim_after_last_action else len(traj.input_ids)
 
 
 def measure(trainer: Trainer, trajs, settings: dict[str, list[str]], repeats: int) -> dict:

@@ -60,7 +60,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int,
     for traj in trajectories:
         if len(traj.action_mask) != len(traj.input_ids):
             raise ValueError(f"trajectory {traj.task.id}: action_mask and input_ids differ in length")
-    kept = [kept_length(t) if through_last_action else len(t.input_ids) for t in trajectories]
+    kept = [forwarded_length(t, through_last_action) for t in trajectories]
     length = max(kept)
     batch = len(trajectories)
     input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
@@ -72,6 +72,11 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int,
         action[row, :n] = torch.tensor(traj.action_mask[:n], dtype=torch.bool)
     prompt_lens = torch.tensor([t.prompt_len for t in trajectories], dtype=torch.long)
     return TokenBatch(input_ids, attention, action, prompt_lens)
+
+
+def forwarded_length(traj: Trajectory, through_last_action: bool) -> int:
+    """The tokens of ``traj`` that ``collate`` puts in its row."""
+    return kept_length(traj) if through_last_action else len(traj.input_ids)
 
 
 def kept_length(traj: Trajectory) -> int:

@@ -132,11 +132,7 @@ class Trainer:
         leaf = None
         if context is not None and context.task_latent is not None:
             leaf = context.task_latent.detach().requires_grad_(rt.composer_opt is not None)
-        advantages = None
-        if method == "grpo":
-            rewards = torch.tensor([t.reward for t in trajs])
-            groups = torch.tensor([t.group for t in trajs])
-            advantages = losses.group_advantages(rewards, groups).to(device)
+        advantages = grpo_advantages(trajs).to(device) if method == "grpo" else None
         with rt.checkpointing():
             total = self._accumulate(trajs, context, leaf, active, advantages, timings)
             with rt.whole(self.composer_backbone()):
@@ -155,13 +151,8 @@ class Trainer:
         method, device = cfg.method.name, rt.device
         rows_in_step = int(active.sum())
         total = LossTerms(objective=torch.zeros(()))
-        step_size = cfg.optim.micro_batch
         lockstep = rt.sharded  # FSDP: every process runs every micro-batch (lopd.fsdp)
-        carrying = list(range(len(trajs))) if lockstep else signal_rows(active, advantages)
-        if cfg.optim.length_sorted:
-            carrying = by_group_and_length(trajs, carrying)
-        for start in range(0, len(carrying), step_size):
-            rows = carrying[start:start + step_size]
+        for rows in micro_batches(trajs, active, advantages, cfg.optim, lockstep):
             batch = collate([trajs[r] for r in rows], rt.pad_id,
                             through_last_action=cfg.optim.trim_after_last_action).to(device)
             targets = batch.targets[batch.target_mask]
@@ -284,6 +275,22 @@ def signal_rows(active: torch.Tensor, advantages: torch.Tensor | None) -> list[i
     if advantages is not None:
         keep = keep & (advantages.detach().cpu() != 0)
     return keep.nonzero().squeeze(-1).tolist()
+
+
+def grpo_advantages(trajs: list[Trajectory]) -> torch.Tensor:
+    """(B,) group-normalised advantages of the step's rollouts."""
+    return losses.group_advantages(torch.tensor([t.reward for t in trajs]),
+                                   torch.tensor([t.group for t in trajs]))
+
+
+def micro_batches(trajs: list[Trajectory], active: torch.Tensor, advantages: torch.Tensor | None,
+                  optim, lockstep: bool = False) -> list[list[int]]:
+    """The rows of each micro-batch: every row under ``lockstep``, else the rows with a signal;
+    under ``optim.length_sorted`` in (task group, length) order; ``optim.micro_batch`` a piece."""
+    rows = list(range(len(trajs))) if lockstep else signal_rows(active, advantages)
+    if optim.length_sorted:
+        rows = by_group_and_length(trajs, rows)
+    return [rows[start:start + optim.micro_batch] for start in range(0, len(rows), optim.micro_batch)]
 
 
 def by_group_and_length(trajs: list[Trajectory], rows: list[int]) -> list[int]:
