@@ -11,7 +11,8 @@ import resource, sys, torch
 if sys.argv[1] == "keep":
     from lopd.allocator import keep_freed_memory
     assert keep_freed_memory()
-for _ in range(3):  # warm up: the first allocation faults its pages in either way
+for _ in range(8):  # warm up: the first allocations fault their pages in either way (the heap
+    # grows over the first few; 4 on a 2-core AVX-512 box)
     torch.ones(8 << 20).sum()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(20):  # 32 MiB each, freed at once
