@@ -34,8 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from benchmarks.bench_throughput import cpu_line
 from benchmarks.bench_update import build
 from benchmarks.learning import VARIANTS, WARM_ADAPTER
@@ -176,8 +174,8 @@ def report(args, result: dict) -> str:
         ("Shift = mean over a rollout's sampled tokens of log pT - log pS (nats per token); "
          "Delta = mean of (2r - 1) x shift (eq. 12); +- one standard error over rollouts. "
          "The margin m is 0.05."), "",
-        "| context | rollouts (successes / failures) | shift, successes | shift, failures | "
-        "difference | Delta |",
+        ("| context | rollouts (successes / failures) | shift, successes | shift, failures | "
+         "difference | Delta |"),
         "|---|---|---|---|---|---|", *rows, ""])
 
 
