@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
 import shutil
 import statistics
 import tempfile
@@ -53,6 +54,13 @@ def build(args, out: Path) -> Trainer:
             source = Path(args.from_run) / name
             (shutil.copytree if source.is_dir() else shutil.copy2)(source, out / name)
     return Trainer(load_config(BASE, overrides))
+
+
+def command_line(module: str, args: argparse.Namespace) -> str:
+    """The ``python -m`` command that repeats this run (every option but ``--results-dir``)."""
+    options = (f"--{k.replace('_', '-')} {shlex.quote(' '.join(v) if isinstance(v, list) else str(v))}"
+               for k, v in vars(args).items() if k != "results_dir")
+    return f"python -m {module} " + " ".join(options)
 
 
 def forwarded_tokens(trainer: Trainer, trajs, active: torch.Tensor) -> dict:
@@ -137,8 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         trainer.rt.update_bank(trajs, args.step)
         runs = measure(trainer, trajs, settings, args.repeats)
     result = {
-        "command": "python -m benchmarks.bench_update " + " ".join(
-            f"--{k.replace('_', '-')} '{v}'" for k, v in vars(args).items() if k != "results_dir"),
+        "command": command_line("benchmarks.bench_update", args),
         "cpu": cpu_line(), "generate_seconds": round(generate, 1), "rollouts": len(trajs),
         "tokens": sum(len(t.input_ids) for t in trajs),
         "action_tokens": sum(sum(t.action_mask) for t in trajs),

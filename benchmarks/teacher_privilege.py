@@ -35,10 +35,12 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_throughput import cpu_line
-from benchmarks.bench_update import build
+from benchmarks.bench_update import build, command_line
 from benchmarks.learning import VARIANTS, WARM_ADAPTER
 from lopd import trainer as trainer_module
 from lopd.batch import gather_token_logprobs
+from lopd.config import apply, parse_overrides
+from lopd.evaluate import standard_error
 
 RESULTS = Path(__file__).parent / "results"
 CONTEXTS = {
@@ -66,11 +68,7 @@ def recording_distill_loss(record: list):
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    if len(values) == 1:
-        return values[0], math.nan
-    return statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+    return (statistics.fmean(values), standard_error(values)) if values else (math.nan, math.nan)
 
 
 def summarize(pairs: list[tuple[float, float]]) -> dict:
@@ -87,9 +85,8 @@ def summarize(pairs: list[tuple[float, float]]) -> dict:
 
 
 def score(trainer, trajs, step: int, contexts: list[str], record: list) -> dict[str, list]:
-    """Re-score one step's rollouts under each context; the recorded (signal, shift) rows."""
-    from lopd.config import apply, parse_overrides
-
+    """Re-score one step's rollouts under each context through the trainer's own update
+    (its backward included; no optimiser step); the recorded (signal, shift) rows."""
     found: dict[str, list] = {}
     for name in contexts:
         override, allow_self = CONTEXTS[name]
@@ -139,9 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"step {step}: reward {statistics.fmean(t.reward for t in trajs):.3f}, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
     result = {
-        "command": "python -m benchmarks.teacher_privilege " + " ".join(
-            f"--{k.replace('_', '-')} '{' '.join(v) if isinstance(v, list) else v}'"
-            for k, v in vars(args).items() if k != "results_dir"),
+        "command": command_line("benchmarks.teacher_privilege", args),
         "cpu": cpu_line(), "setup_seconds": round(setup, 1),
         "seconds": round(time.perf_counter() - started, 1), "rollouts": len(rewards),
         "mean_reward": statistics.fmean(rewards),
