@@ -13,6 +13,22 @@ standard error.
     .venv/bin/python -m benchmarks.learning run --variants ""   # the warm start's evaluation only
     .venv/bin/python -m benchmarks.learning report
 
+The method table and the ablations run at one setting (``SETTING``: where GRPO learns), one
+variant per method (``grpo-lr5e-4-t0.7-tier1-g8``, ``sdft-...``, ``opsd-...``, ``sdpo-...``,
+``skill-sd-...``, ``lopd-...``) and one per LOPD ablation (``lopd-lr5e-4-t0.7-tier1-g8-m0``,
+``-frozen``, ``-text``, ``-K8``, ``-J1``, and the authors' choices ``-framed``, ``-shared``,
+``-self``); `list` prints them all. The table's other columns come from the same students:
+
+    .venv/bin/python -m benchmarks.learning run --variants sdpo-lr5e-4-t0.7-tier1-g8 --seeds 0,1 \
+        --suites toolworld-transfer,humaneval     # train, then evaluate there too
+    .venv/bin/python -m benchmarks.learning suites --variants warm-start,skill-sd-lr5e-4-t0.7-tier1-g8
+
+`suites` needs the run directory (it evaluates the final checkpoint), so it runs where the run
+ran; for the warm start it also evaluates held-out ToolWorld again, which shows how far this
+machine's numerics (bf16 autocast or fp32) move the starting point every gain is paired with.
+HumanEval gets one answer of up to 256 tokens (``SUITE_BUDGET``); the other suites the run's
+own turn and token budget.
+
 Runs start from the warm start kept in `benchmarks/results/learning/warm-start-adapter/`
 (`--init-adapter` to use another).
 
@@ -21,7 +37,8 @@ from its last checkpoint, a finished one is skipped; `benchmarks.experiments.run
 run whose summary is already committed (same settings, same warm start) is not run again. As each run ends
 its summary (per-step train reward, held-out success per task, timing, the CPU) is written to
 `benchmarks/results/learning/NAME-sSEED-wFINGERPRINT.json` and the report
-`benchmarks/results/learning.md` (+ `learning.png`) is rewritten, so results can be committed
+`benchmarks/results/learning.md` (+ `learning.png`, `learning_efficiency.png`;
+`benchmarks.learning_report`) is rewritten, so results can be committed
 run by run. Checkpoints are kept every `--checkpoint-every` steps for held-out points along the
 curve (`curve`).
 
@@ -47,14 +64,22 @@ from pathlib import Path
 from benchmarks.experiments import runner
 from benchmarks.experiments.plan import Job, identity_overrides
 from benchmarks.experiments.scales import CONFIGS, REPO
-from lopd.evaluate import paired_gain as paired
-from lopd.evaluate import standard_error
+from benchmarks.learning_report import (  # noqa: F401
+    WARM,
+    fingerprint_of,
+    pooled,
+    report_lines,
+    test_tiers,
+    tier_lines,
+    warm_starts,
+)
+from benchmarks.learning_report import write_report as _write_report
+from lopd.evaluate import paired_gain as paired  # noqa: F401
 
 RESULTS = REPO / "benchmarks" / "results"
 OUT = RESULTS / "learning"
 RUNS = REPO / "runs" / "learning"
 BASE = str(CONFIGS / "toolworld-smollm2.yaml")
-WARM = "warm-start"
 WARM_ADAPTER = OUT / "warm-start-adapter"
 """The warm start every run begins from by default, kept in the repository (its README)."""
 
@@ -80,12 +105,6 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("method.name=grpo", "optim.student_lr=1e-3", "data.train_max_tier=1",
          "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=8",
          "rollout.train_max_steps=3")),
-    "grpo-lr5e-4-t0.7-tier1-g8": (
-        ("GRPO, LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 rollouts, "
-         "3 training turns"),
-        ("method.name=grpo", "optim.student_lr=5e-4", "rollout.temperature=0.7",
-         "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
-         "optim.micro_batch=8", "rollout.train_max_steps=3")),
     "lopd-lr1e-3-tier1-g8": (
         "LOPD, LoRA lr 1e-3, tier-1 training tasks, 4 tasks x 8 rollouts, 3 training turns",
         ("method.name=lopd", "optim.student_lr=1e-3", "data.train_max_tier=1",
@@ -96,24 +115,56 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("method.name=skill-sd", "optim.student_lr=1e-3", "data.train_max_tier=1",
          "optim.tasks_per_step=4", "optim.group_size=8", "optim.micro_batch=4",
          "rollout.train_max_steps=3")),
-    "lopd-lr5e-4-t0.7-tier1-g8": (
-        ("LOPD, LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 rollouts, "
-         "3 training turns"),
-        ("method.name=lopd", "optim.student_lr=5e-4", "rollout.temperature=0.7",
-         "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
-         "optim.micro_batch=4", "rollout.train_max_steps=3")),
-    "skill-sd-lr5e-4-t0.7-tier1-g8": (
-        ("Skill-SD, LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 "
-         "rollouts, 3 training turns"),
-        ("method.name=skill-sd", "optim.student_lr=5e-4", "rollout.temperature=0.7",
-         "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
-         "optim.micro_batch=4", "rollout.train_max_steps=3")),
     "lopd-lr1e-3": ("LOPD, LoRA lr 1e-3", ("method.name=lopd", "optim.student_lr=1e-3",
                                            "optim.micro_batch=2")),
     "skill-sd-lr1e-3": ("Skill-SD, LoRA lr 1e-3", ("method.name=skill-sd",
                                                    "optim.student_lr=1e-3")),
 }
 """name -> (label, overrides). Add a variant here to sweep it; the report keeps every run."""
+
+SETTING = "lr5e-4-t0.7-tier1-g8"
+"""The setting where GRPO learns (learning.md): the method table and the ablations run at it."""
+SETTING_LABEL = ("LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, 4 tasks x 8 rollouts, "
+                 "3 training turns")
+METHOD_LABELS = {"grpo": "GRPO", "lopd": "LOPD", "skill-sd": "Skill-SD", "sdft": "SDFT",
+                 "opsd": "OPSD", "sdpo": "SDPO"}
+ABLATIONS = {
+    "m0": ("m = 0 (no margin)", ("method.margin=0",)),
+    "frozen": ("frozen composer (phi = phi_0)", ("method.freeze_composer=true",)),
+    "text": ("text context (the same retrieved experiences)", ("method.context=text",)),
+    "K8": ("K = 8", ("method.latent_tokens=8",)),
+    "J1": ("J = 1", ("method.num_experiences=1",)),
+    "framed": ("latents framed inside the first user message (the authors' placement)",
+               ("method.latent_placement=framed",)),
+    "shared": ("weight-shared resampler compressor (the authors')",
+               ("method.compressor=shared",)),
+    "self": ("own rows retrievable (the authors' self-retrieval)",
+             ("method.allow_self_retrieval=true",)),
+}
+"""LOPD ablations at ``SETTING``: the paper's (m, composer, context, K, J) and the authors'
+choices (REFERENCE.md) as rows."""
+
+
+def setting_overrides(method: str) -> tuple[str, ...]:
+    """``method`` at ``SETTING`` (GRPO's rows fit a micro-batch of 8; the teacher methods 4)."""
+    return (f"method.name={method}", "optim.student_lr=5e-4", "rollout.temperature=0.7",
+            "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
+            f"optim.micro_batch={8 if method == 'grpo' else 4}", "rollout.train_max_steps=3")
+
+
+VARIANTS.update({f"{m}-{SETTING}": (f"{label}, {SETTING_LABEL}", setting_overrides(m))
+                 for m, label in METHOD_LABELS.items()})
+VARIANTS.update({f"lopd-{SETTING}-{key}": (f"LOPD, {SETTING_LABEL}, {label}",
+                                           (*setting_overrides("lopd"), *extra))
+                 for key, (label, extra) in ABLATIONS.items()})
+
+SUITES = ("toolworld-test", "toolworld-transfer", "humaneval")
+"""The method table's columns: held-out ToolWorld, the transfer domain, HumanEval."""
+SUITE_BUDGET = {"humaneval": (1, 256)}
+"""(turns, new tokens a turn) of a suite where the run's ToolWorld budget does not fit: one
+HumanEval answer needs more than 96 tokens. Other suites use the run's own."""
+COMPARISONS = {f"grpo-{SETTING}": (f"lopd-{SETTING}", f"skill-sd-{SETTING}")}
+"""Efficiency: reference variant -> the variants measured against its budget."""
 
 _lock = threading.Lock()
 
@@ -150,15 +201,6 @@ def _warm_start(job: Job) -> str:
     adapter = next((o.split("=", 1)[1] for o in job.overrides
                     if o.startswith("model.init_adapter=")), "")
     return adapter_fingerprint(adapter)
-
-
-def fingerprint_of(summary: dict) -> str:
-    return summary.get("warm_start", "unknown")
-
-
-def warm_starts(summaries: list[dict]) -> dict[str, dict]:
-    """The warm start's evaluation for each fingerprint."""
-    return {fingerprint_of(s): s for s in summaries if s["name"] == WARM}
 
 
 def _method(overrides: tuple[str, ...]) -> str:
@@ -200,11 +242,14 @@ def committed(job: Job) -> bool:
             == identity_overrides(job.overrides))
 
 
-def run_job(job: Job, cpu: str, isolate: bool) -> None:
-    """Train + evaluate (resuming), then write its summary and the report; a run whose
-    summary is already committed is skipped."""
+def run_job(job: Job, cpu: str, isolate: bool, suites: list[str] | None = None) -> None:
+    """Train + evaluate (resuming), then write its summary and the report, then evaluate the
+    run on ``suites`` while its directory is here; a run whose summary is already committed
+    is not trained again."""
     if committed(job):
         print(f"[learning] {job.key}: summary already in {OUT}, skipped", flush=True)
+        if suites and (REPO / json.loads(summary_path(job).read_text())["run_dir"]).exists():
+            suite_points(summary_path(job), suites, job_threads(job), job.eval_batch)
         return
     if runner.load_result(job) is None:
         print(f"[learning] {job.key} -> {job.run_dir}", flush=True)
@@ -217,6 +262,14 @@ def run_job(job: Job, cpu: str, isolate: bool) -> None:
         path = summary_path(job)
         path.write_text(json.dumps(summary(job, result, cpu), indent=1) + "\n")
         write_report()
+    if suites:
+        suite_points(summary_path(job), suites, job_threads(job), job.eval_batch)
+        with _lock:
+            write_report()
+
+
+def job_threads(job: Job) -> int:
+    return int(next((o.split("=", 1)[1] for o in job.overrides if o.startswith("run.threads=")), 2))
 
 
 def curve_points(summary_path: Path, threads: int, eval_batch: int,
@@ -255,164 +308,61 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
     return added
 
 
-def load_summaries() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
-
-
-def _se(point: dict) -> float:
-    """Standard error of a held-out point's success rate, from its per-task successes."""
-    return standard_error(list(point["per_task"].values()))
-
-
-def pooled(runs: list[dict]) -> dict[str, float]:
-    """Per-task success averaged over a variant's seeds (the unit of its paired comparison)."""
-    tasks: dict[str, list[float]] = {}
-    for run in runs:
-        for task, value in run["heldout"]["per_task"].items():
-            tasks.setdefault(task, []).append(value)
-    return {t: sum(v) / len(v) for t, v in tasks.items()}
-
-
-def report_lines(summaries: list[dict]) -> list[str]:
-    warms = warm_starts(summaries)
-    lines = [("| variant | seed | rollouts | held-out success (n) +- SE | gain over warm start +- "
-             "paired SE | train reward, last 5 steps | train s | eval s |"), "|" + "---|" * 8]
-    variants: dict[tuple[str, str], list[dict]] = {}
-    for s in summaries:
-        variants.setdefault((s["name"], fingerprint_of(s)), []).append(s)
-    for (name, fingerprint), runs in variants.items():
-        warm = warms.get(fingerprint)
-        base = warm["heldout"]["per_task"] if warm else {}
-        for run in runs:
-            h = run["heldout"]
-            gain = "-" if name == WARM or not base else "{:+.3f} +- {:.3f}".format(
-                *paired(h["per_task"], base)[:2])
-            tail = [r["reward"] for r in run["steps"][-5:]]
-            lines.append(
-                f"| {run['label']} [w {fingerprint}] | {run['seed']} | {run['rollouts']} | "
-                f"{h['success']:.3f} "
-                f"({h['n']}) +- {_se(h):.3f} | {gain} | "
-                f"{(sum(tail) / len(tail)) if tail else float('nan'):.3f} | "
-                f"{run['timing'].get('train_s', 0):.0f} | {h.get('seconds', 0):.0f} |")
-        if len(runs) > 1 and name != WARM and base:
-            per_task = pooled(runs)
-            mean = sum(per_task.values()) / len(per_task)
-            gain, se, n = paired(per_task, base)
-            lines.append(f"| **{runs[0]['label']}, mean of {len(runs)} seeds** | - | "
-                         f"{runs[0]['rollouts']} | {mean:.3f} ({n}) | {gain:+.3f} +- {se:.3f} "
-                         f"| - | - | - |")
-    return lines
-
-
-def heldout_points(run: dict, warm: dict | None) -> list[dict]:
-    """Held-out points of a run along its budget: the warm start (0 rollouts), the evaluated
-    checkpoints (``curve``), and the end."""
-    points = [{"rollouts": 0, **warm["heldout"]}] if warm else []
-    points += run.get("curve", [])
-    return points + [{"rollouts": run["rollouts"], **run["heldout"]}]
-
-
-def curve_lines(summaries: list[dict]) -> list[str]:
-    """One row per run with intermediate held-out points: success (gain +- paired SE)."""
-    warms = warm_starts(summaries)
-    rows = [s for s in summaries if s.get("curve") and fingerprint_of(s) in warms]
-    if not rows:
-        return []
-    lines = [("Held-out success along the budget (rollouts: success, gain over the warm start "
-             "+- paired SE):"), "", "| variant | seed | points |", "|---|---|---|"]
-    for run in rows:
-        warm = warms[fingerprint_of(run)]
-        base = warm["heldout"]["per_task"]
-        cells = []
-        for point in heldout_points(run, warm)[1:]:
-            gain, se, _ = paired(point["per_task"], base)
-            cells.append(f"{point['rollouts']}: {point['success']:.3f} ({gain:+.3f} +- {se:.3f})")
-        lines.append(f"| {run['label']} | {run['seed']} | {'; '.join(cells)} |")
-    return [*lines, ""]
-
-
-def test_tiers() -> dict[str, int]:
-    """Held-out task id -> difficulty tier (tool calls in the reference solution)."""
-    from lopd.envs.toolworld.tasks import load_tasks
-
-    return {task.id: int(task.metadata["tier"]) for task in load_tasks("test")}
-
-
-def tier_lines(summaries: list[dict]) -> list[str]:
-    """Held-out success per difficulty tier for every run: where a gain comes from."""
-    tiers = test_tiers()
-    wanted = sorted(set(tiers.values()))
-    lines = ["Held-out success by tier (tasks in the tier):", "",
-             "| variant | seed | " + " | ".join(
-                 f"tier {t} ({sum(v == t for v in tiers.values())})" for t in wanted) + " |",
-             "|" + "---|" * (2 + len(wanted))]
-    for run in summaries:
-        by_tier: dict[int, list[float]] = {}
-        for task, value in run["heldout"]["per_task"].items():
-            if task in tiers:
-                by_tier.setdefault(tiers[task], []).append(value)
-        cells = [f"{sum(by_tier[t]) / len(by_tier[t]):.3f}" if by_tier.get(t) else "-"
-                 for t in wanted]
-        lines.append(f"| {run['label']} [w {fingerprint_of(run)}] | {run['seed']} | "
-                     + " | ".join(cells) + " |")
-    return [*lines, ""]
-
-
 def write_report() -> Path:
-    summaries = load_summaries()
-    cpus = sorted({s["cpu"] for s in summaries})
-    text = ["# Learning sweep: held-out ToolWorld success against the warm start", "",
-            ("Written by `python -m benchmarks.learning` (see its docstring); one JSON per run in "
-            "`benchmarks/results/learning/`. Held-out: greedy, `toolworld-test`, 6 turns of at "
-            "most 96 tokens. SE: the standard error of a success rate over its tasks; the gain "
-            "is paired (the same tasks before and after) and its SE is that of the per-task "
-            "differences."), "", "Shared settings: `" + " ".join(SHARED) + "`.", "",
-            *report_lines(summaries), "", *curve_lines(summaries), *tier_lines(summaries),
-            "![learning curves](learning.png)", "", "CPU: " + " | ".join(cpus), ""]
-    path = RESULTS / "learning.md"
-    path.write_text("\n".join(text))
-    plot(summaries, RESULTS / "learning.png")
-    return path
+    """Rewrite `learning.md` and its plots from every committed summary."""
+    return _write_report(RESULTS, OUT, SHARED, SUITES, COMPARISONS)
 
 
-def plot(summaries: list[dict], png: Path) -> None:
-    """Train reward per step (moving mean of 5) and the held-out end points, per run."""
-    import matplotlib
+def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -> int:
+    """Evaluate a run's final student (the warm start itself for ``WARM``) greedily on each of
+    ``suites`` its summary does not hold yet, and add the results under ``suites``. Held-out
+    ToolWorld is the run's own result, so it is evaluated again only for the warm start: that
+    measures how far this machine's numerics move the starting point. Needs the run directory
+    (a trained run's last checkpoint); returns the number of new evaluations."""
+    from benchmarks.bench_throughput import cpu_line
+    from lopd.checkpoint import list_checkpoints
+    from lopd.evaluate import EvalSpec, run_eval
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    data = json.loads(path.read_text())
+    have = data.setdefault("suites", {})
+    todo = [s for s in suites if s not in have and (s != "toolworld-test" or data["name"] == WARM)]
+    if not todo:
+        return 0
+    config = dict(o.split("=", 1) for o in data["overrides"])
+    adapter, out = "", RUNS / f"{path.stem}-suites"
+    if data["name"] != WARM:
+        checkpoints = list_checkpoints(REPO / data["run_dir"])
+        final = f"step-{len(data['steps'])}"
+        if not checkpoints or checkpoints[-1].name != final:
+            raise SystemExit(f"{path.stem}: its final checkpoint ({data['run_dir']}/checkpoints/"
+                             f"{final}) is not here; suites are evaluated where the run ran")
+        adapter, out = str(checkpoints[-1] / "student"), checkpoints[-1] / "suites"
+    cpu = cpu_line()
+    for suite in todo:
+        turns, tokens = SUITE_BUDGET.get(suite, (int(config["rollout.max_steps"]),
+                                                 int(config["rollout.max_new_tokens"])))
+        spec = EvalSpec(model=config.get("model.name", "smollm2-135m"), suites=[suite],
+                        out_dir=str(out / suite), adapter=adapter,
+                        init_adapter=config.get("model.init_adapter", ""), threads=threads,
+                        dtype=config.get("model.dtype", "auto"), max_new_tokens=tokens,
+                        max_steps=turns, batch_size=eval_batch)
+        started = time.perf_counter()
+        result = run_eval(spec)[suite]
+        have[suite] = {**{k: result[k] for k in ("n", "success", "reward", "per_task")},
+                       "seconds": round(time.perf_counter() - started, 1), "max_steps": turns,
+                       "max_new_tokens": tokens, "cpu": cpu}
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    return len(todo)
 
-    fig, (train, held) = plt.subplots(1, 2, figsize=(11, 4))
-    warms = warm_starts(summaries)
-    for s in summaries:
-        warm = warms.get(fingerprint_of(s))
-        if not s["steps"]:
-            continue
-        x = [r["rollouts"] for r in s["steps"]]
-        y = [r["reward"] for r in s["steps"]]
-        smooth = [sum(y[max(0, i - 4):i + 1]) / len(y[max(0, i - 4):i + 1]) for i in range(len(y))]
-        train.plot(x, smooth, label=f"{s['name']} s{s['seed']}")
-        points = heldout_points(s, warm)
-        held.errorbar([p["rollouts"] for p in points], [p["success"] for p in points],
-                      yerr=[_se(p) for p in points], marker="o",
-                      capsize=3, label=f"{s['name']} s{s['seed']}")
-    for fingerprint, warm in warms.items():
-        held.axhline(warm["heldout"]["success"], color="gray", ls="--",
-                     label=f"warm start [w {fingerprint}]")
-    train.set(xlabel="rollouts", ylabel="train reward (moving mean of 5 steps)")
-    held.set(xlabel="rollouts", ylabel="held-out success (+- SE)")
-    for ax in (train, held):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+
+
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["run", "curve", "report", "list"],
+    p.add_argument("command", choices=["run", "curve", "suites", "report", "list"],
                    help="run: train + evaluate; curve: evaluate finished runs' kept checkpoints; "
+                        "suites: evaluate finished runs (and the warm start) on --suites; "
                         "report: rewrite learning.md/png; list: the variants")
     p.add_argument("--variants", default="grpo-lr1e-3", help="comma-separated (see `list`)")
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
@@ -423,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=str(RUNS), help="run directories root")
     p.add_argument("--checkpoint-every", type=int, default=8)
     p.add_argument("--eval-batch", type=int, default=100, help="held-out episodes generated together")
+    p.add_argument("--suites", default=None,
+                   help=f"suites: which (default {','.join(SUITES)}); run: evaluate each "
+                        "finished run on these too (default: none beyond held-out ToolWorld)")
     p.add_argument("--at", default="", help="curve: only these checkpoint steps (comma-separated)")
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at once, each in its own process with 2/N threads (the warm "
@@ -447,6 +400,16 @@ def main(argv: list[str] | None = None) -> int:
                 with _lock:
                     write_report()
         return 0
+    if args.command == "suites":
+        wanted = set(args.variants.split(","))
+        suites = (args.suites or ",".join(SUITES)).split(",")
+        for path in sorted(OUT.glob("*.json")):
+            if json.loads(path.read_text())["name"] in wanted:
+                print(f"[learning] {path.stem}: {suite_points(path, suites, 2, args.eval_batch)} "
+                      "new suites")
+                with _lock:
+                    write_report()
+        return 0
     threads = max(1, 2 // args.parallel)
     names = [WARM, *(n for n in args.variants.split(",") if n)]  # "": the warm start only
     unknown = [n for n in names[1:] if n not in VARIANTS]
@@ -459,9 +422,10 @@ def main(argv: list[str] | None = None) -> int:
 
     cpu = cpu_line()
     print(f"[learning] {len(jobs)} runs; command: {shlex.join([sys.executable, '-m', 'benchmarks.learning', *(argv or sys.argv[1:])])}")
+    suites = args.suites.split(",") if args.suites else None
     run_job(jobs[0], cpu, args.isolate)
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        for future in [pool.submit(run_job, j, cpu, args.isolate) for j in jobs[1:]]:
+        for future in [pool.submit(run_job, j, cpu, args.isolate, suites) for j in jobs[1:]]:
             future.result()
     print(write_report())
     return 0

@@ -160,3 +160,107 @@ def test_curve_evaluates_only_the_asked_checkpoints_and_resumes(tmp_path, monkey
     assert len(evaluated) == 3
     curve = json.loads(path.read_text())["curve"]
     assert [(p["step"], p["rollouts"]) for p in curve] == [(4, 128), (8, 256), (12, 384)]
+
+
+def test_committed_runs_keep_their_variant_definitions():
+    """The generated variants at the learning setting are the ones the committed runs used, so
+    a committed summary is recognised and not trained again."""
+    from benchmarks.experiments.plan import identity_overrides
+
+    checked = 0
+    for path in learning.OUT.glob("*.json"):
+        data = json.loads(path.read_text())
+        if data["name"] == learning.WARM:
+            continue
+        label, overrides = learning.VARIANTS[data["name"]]
+        assert label == data["label"]
+        assert identity_overrides(data["overrides"])[-len(overrides):] == list(overrides)
+        checked += 1
+    assert checked >= 3
+    assert learning.VARIANTS[f"lopd-{learning.SETTING}-m0"][1][-1] == "method.margin=0"
+    assert "optim.micro_batch=8" in learning.setting_overrides("grpo")
+
+
+def _summary(name, seed, rollouts, per_task, curve=(), rewards=(), suites=None):
+    return {"name": name, "seed": seed, "label": name, "warm_start": "w", "rollouts": rollouts,
+            "steps": [{"step": i, "rollouts": 32 * (i + 1), "reward": r} for i, r in enumerate(rewards)],
+            "heldout": {"n": len(per_task), "success": sum(per_task.values()) / len(per_task),
+                        "per_task": per_task},
+            "curve": [{"rollouts": r, "success": sum(p.values()) / len(p), "per_task": p}
+                      for r, p in curve], "suites": suites or {}, "timing": {}, "cpu": "cpu A"}
+
+
+def test_efficiency_share_of_the_reference_budget_by_hand():
+    from benchmarks import learning_report as lr
+
+    warm = _summary(lr.WARM, 0, 0, {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0})
+    # GRPO: final held-out 0.5 (mean of seeds 0.5 and 0.5), final smoothed train reward 0.8
+    grpo = [_summary("grpo", s, 96, {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0},
+                     rewards=[0.8, 0.8, 0.8]) for s in (0, 1)]
+    # LOPD reaches 0.5 at its 32-rollout checkpoint on seed 0 and 0.5 on seed 1 too: share 1/3
+    lopd = [_summary("lopd", 0, 96, {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0},
+                     curve=[(32, {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0})], rewards=[0.2, 0.2, 0.2]),
+            _summary("lopd", 1, 96, {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0},
+                     curve=[(32, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0})], rewards=[0.2, 0.2, 0.2])]
+    assert lr.pooled_points(lopd, warm) == [(0, 0.0, 2), (32, 0.625, 2), (96, 0.25, 2)]
+    lines = lr.efficiency_lines([warm, *grpo, *lopd], "grpo", ("lopd", "skill-sd"))
+    row = next(line for line in lines if line.startswith("| lopd"))
+    assert "| 33% (32 rollouts) | not reached |" in row
+    assert "final held-out success 0.500" in lines[0] and "0.800" in lines[0]
+    assert lr.first_reaching([(0, 0.1), (10, 0.49999999999), (20, 0.7)], 0.5) == 10
+    assert lr.smoothed([0.0, 1.0, 0.5], window=2) == [0.0, 0.5, 0.75]
+
+
+def test_method_table_pools_seeds_per_suite_and_pairs_with_the_warm_start():
+    from benchmarks import learning_report as lr
+
+    humaneval = {"n": 2, "success": 0.5, "per_task": {"h1": 1.0, "h2": 0.0}}
+    warm = _summary(lr.WARM, 0, 0, {"a": 0.0, "b": 1.0}, suites={"humaneval": humaneval})
+    runs = [_summary("grpo", s, 32, {"a": 1.0, "b": 1.0}, suites={"humaneval": {
+        "n": 2, "success": 0.5, "per_task": {"h1": float(s), "h2": 1.0}}}) for s in (0, 1)]
+    lines = lr.method_table_lines([warm, *runs], ("toolworld-test", "humaneval"))
+    assert lines[2] == "| variant | seeds | rollouts | toolworld-test | humaneval |"
+    assert lines[4].startswith("| warm-start [w w] | 0 | 0 | 0.500 (2) +- 0.500 | 0.500 (2)")
+    # humaneval pooled: h1 0.5, h2 1.0 -> 0.75 +- 0.25; paired vs (1, 0): (-0.5, +1) -> +0.25 +- 0.75
+    assert lines[5] == ("| grpo [w w] | 0,1 | 32 | 1.000 (2) +- 0.000; +0.500 +- 0.500 | "
+                        "0.750 (2) +- 0.250; +0.250 +- 0.750 |")
+    assert lr.method_table_lines([warm], ("toolworld-test",)) == []  # nothing beyond held-out
+
+
+def test_suite_points_evaluate_the_final_student_on_missing_suites(tmp_path, monkeypatch):
+    import lopd.checkpoint
+    import lopd.evaluate
+
+    run_dir = tmp_path / "run"
+    final = run_dir / "checkpoints" / "step-2"
+    monkeypatch.setattr(lopd.checkpoint, "list_checkpoints",
+                        lambda d: [run_dir / "checkpoints" / "step-1", final] if d == run_dir else [])
+    specs = []
+
+    def fake_eval(spec):
+        specs.append(spec)
+        return {spec.suites[0]: {"n": 1, "success": 1.0, "reward": 1.0, "per_task": {"t": 1.0}}}
+
+    monkeypatch.setattr(lopd.evaluate, "run_eval", fake_eval)
+    monkeypatch.setattr(learning, "REPO", tmp_path)
+    overrides = ["rollout.max_new_tokens=96", "rollout.max_steps=6", "model.init_adapter=warm"]
+    trained = tmp_path / "grpo.json"
+    trained.write_text(json.dumps({"name": "grpo", "run_dir": "run", "steps": [{}, {}],
+                                   "overrides": overrides}))
+    suites = ["toolworld-test", "toolworld-transfer", "humaneval"]
+    assert learning.suite_points(trained, suites, 1, 8) == 2  # its own held-out is not redone
+    assert [(s.suites, s.max_steps, s.max_new_tokens, s.adapter) for s in specs] == [
+        (["toolworld-transfer"], 6, 96, str(final / "student")),
+        (["humaneval"], 1, 256, str(final / "student"))]
+    assert specs[0].init_adapter == "warm"
+    assert set(json.loads(trained.read_text())["suites"]) == {"toolworld-transfer", "humaneval"}
+    assert learning.suite_points(trained, suites, 1, 8) == 0  # resumable: nothing left
+    warm = tmp_path / "warm.json"
+    warm.write_text(json.dumps({"name": learning.WARM, "steps": [], "overrides": overrides}))
+    assert learning.suite_points(warm, ["toolworld-test"], 1, 8) == 1  # the control
+    assert specs[-1].adapter == "" and specs[-1].init_adapter == "warm"
+    gone = tmp_path / "gone.json"
+    gone.write_text(json.dumps({"name": "grpo", "run_dir": "elsewhere", "steps": [{}],
+                                "overrides": overrides}))
+    with pytest.raises(SystemExit, match="final checkpoint"):
+        learning.suite_points(gone, ["humaneval"], 1, 8)

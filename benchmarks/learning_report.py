@@ -1,0 +1,296 @@
+"""The learning sweep's report: `benchmarks/results/learning.md` and its plots, from the run
+summaries in `benchmarks/results/learning/`.
+
+Every number is computed from the committed summaries (`benchmarks.learning` writes one per
+run); nothing here trains or evaluates. The sections:
+
+- one row per run: held-out ToolWorld success +- SE and its paired gain over the warm start
+  it began from (same tasks, so the SE is that of the per-task differences), and per variant
+  the seeds pooled;
+- held-out points along the budget (`curve`) and by difficulty tier;
+- the method table: every variant pooled over its seeds on each evaluated suite (held-out
+  ToolWorld, the transfer domain, HumanEval), each with its paired gain over the warm start;
+- efficiency: for each method against the reference (GRPO at the same setting), the share of
+  the reference's budget at which the method first reaches the reference's final held-out
+  success, and its final smoothed train reward;
+- `learning.png` (every run) and `learning_efficiency.png` (per variant: mean over seeds with
+  the seeds' spread).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lopd.evaluate import paired_gain as paired
+from lopd.evaluate import standard_error
+
+WARM = "warm-start"
+HELDOUT = "toolworld-test"
+SMOOTH = 5
+"""Train reward is shown as a moving mean over this many steps."""
+
+
+def load_summaries(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+
+
+def fingerprint_of(summary: dict) -> str:
+    return summary.get("warm_start", "unknown")
+
+
+def warm_starts(summaries: list[dict]) -> dict[str, dict]:
+    """The warm start's evaluation for each fingerprint."""
+    return {fingerprint_of(s): s for s in summaries if s["name"] == WARM}
+
+
+def suite_result(run: dict, suite: str) -> dict | None:
+    """A run's evaluation on ``suite``: the held-out ToolWorld result of the run itself, or
+    one added afterwards (`benchmarks.learning suites`)."""
+    if suite == HELDOUT:
+        return run["heldout"]
+    return run.get("suites", {}).get(suite)
+
+
+def _se(point: dict) -> float:
+    """Standard error of a held-out point's success rate, from its per-task successes."""
+    return standard_error(list(point["per_task"].values()))
+
+
+def pooled(runs: list[dict], suite: str = HELDOUT) -> dict[str, float]:
+    """Per-task success averaged over a variant's seeds (the unit of its paired comparison)."""
+    tasks: dict[str, list[float]] = {}
+    for run in runs:
+        for task, value in (suite_result(run, suite) or {}).get("per_task", {}).items():
+            tasks.setdefault(task, []).append(value)
+    return {t: sum(v) / len(v) for t, v in tasks.items()}
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def by_variant(summaries: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(variant name, warm-start fingerprint) -> its runs, in summary order."""
+    variants: dict[tuple[str, str], list[dict]] = {}
+    for s in summaries:
+        variants.setdefault((s["name"], fingerprint_of(s)), []).append(s)
+    return variants
+
+
+def report_lines(summaries: list[dict]) -> list[str]:
+    warms = warm_starts(summaries)
+    lines = [("| variant | seed | rollouts | held-out success (n) +- SE | gain over warm start +- "
+             "paired SE | train reward, last 5 steps | train s | eval s |"), "|" + "---|" * 8]
+    for (name, fingerprint), runs in by_variant(summaries).items():
+        warm = warms.get(fingerprint)
+        base = warm["heldout"]["per_task"] if warm else {}
+        for run in runs:
+            h = run["heldout"]
+            gain = "-" if name == WARM or not base else "{:+.3f} +- {:.3f}".format(
+                *paired(h["per_task"], base)[:2])
+            tail = [r["reward"] for r in run["steps"][-5:]]
+            lines.append(
+                f"| {run['label']} [w {fingerprint}] | {run['seed']} | {run['rollouts']} | "
+                f"{h['success']:.3f} ({h['n']}) +- {_se(h):.3f} | {gain} | {_mean(tail):.3f} | "
+                f"{run['timing'].get('train_s', 0):.0f} | {h.get('seconds', 0):.0f} |")
+        if len(runs) > 1 and name != WARM and base:
+            per_task = pooled(runs)
+            gain, se, n = paired(per_task, base)
+            lines.append(f"| **{runs[0]['label']}, mean of {len(runs)} seeds** | - | "
+                         f"{runs[0]['rollouts']} | {_mean(per_task.values()):.3f} ({n}) | "
+                         f"{gain:+.3f} +- {se:.3f} | - | - | - |")
+    return lines
+
+
+def heldout_points(run: dict, warm: dict | None) -> list[dict]:
+    """Held-out points of a run along its budget: the warm start (0 rollouts), the evaluated
+    checkpoints (``curve``), and the end."""
+    points = [{"rollouts": 0, **warm["heldout"]}] if warm else []
+    points += run.get("curve", [])
+    return points + [{"rollouts": run["rollouts"], **run["heldout"]}]
+
+
+def curve_lines(summaries: list[dict]) -> list[str]:
+    """One row per run with intermediate held-out points: success (gain +- paired SE)."""
+    warms = warm_starts(summaries)
+    rows = [s for s in summaries if s.get("curve") and fingerprint_of(s) in warms]
+    if not rows:
+        return []
+    lines = [("Held-out success along the budget (rollouts: success, gain over the warm start "
+             "+- paired SE):"), "", "| variant | seed | points |", "|---|---|---|"]
+    for run in rows:
+        warm = warms[fingerprint_of(run)]
+        base = warm["heldout"]["per_task"]
+        cells = []
+        for point in heldout_points(run, warm)[1:]:
+            gain, se, _ = paired(point["per_task"], base)
+            cells.append(f"{point['rollouts']}: {point['success']:.3f} ({gain:+.3f} +- {se:.3f})")
+        lines.append(f"| {run['label']} | {run['seed']} | {'; '.join(cells)} |")
+    return [*lines, ""]
+
+
+def test_tiers() -> dict[str, int]:
+    """Held-out task id -> difficulty tier (tool calls in the reference solution)."""
+    from lopd.envs.toolworld.tasks import load_tasks
+
+    return {task.id: int(task.metadata["tier"]) for task in load_tasks("test")}
+
+
+def tier_lines(summaries: list[dict]) -> list[str]:
+    """Held-out success per difficulty tier for every run: where a gain comes from."""
+    tiers = test_tiers()
+    wanted = sorted(set(tiers.values()))
+    lines = ["Held-out success by tier (tasks in the tier):", "",
+             "| variant | seed | " + " | ".join(
+                 f"tier {t} ({sum(v == t for v in tiers.values())})" for t in wanted) + " |",
+             "|" + "---|" * (2 + len(wanted))]
+    for run in summaries:
+        by_tier: dict[int, list[float]] = {}
+        for task, value in run["heldout"]["per_task"].items():
+            if task in tiers:
+                by_tier.setdefault(tiers[task], []).append(value)
+        cells = [f"{_mean(by_tier[t]):.3f}" if by_tier.get(t) else "-" for t in wanted]
+        lines.append(f"| {run['label']} [w {fingerprint_of(run)}] | {run['seed']} | "
+                     + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def method_table_lines(summaries: list[dict], suites: tuple[str, ...]) -> list[str]:
+    """Every variant evaluated beyond held-out ToolWorld, seeds pooled: success (n) +- SE and
+    the paired gain over its warm start, per suite."""
+    warms = warm_starts(summaries)
+    wanted = [(key, runs) for key, runs in by_variant(summaries).items()
+              if any(suite_result(r, s) for r in runs for s in suites if s != HELDOUT)]
+    if not wanted:
+        return []
+    lines = [("Method table (seeds pooled; each cell: success (tasks) +- SE, then the paired gain "
+             "over the warm start on the same tasks):"), "",
+             "| variant | seeds | rollouts | " + " | ".join(suites) + " |",
+             "|" + "---|" * (3 + len(suites))]
+    for (name, fingerprint), runs in sorted(wanted, key=lambda kv: kv[0][0] != WARM):
+        warm = warms.get(fingerprint)
+        cells = []
+        for suite in suites:
+            per_task = pooled(runs, suite)
+            if not per_task:
+                cells.append("-")
+                continue
+            cell = (f"{_mean(per_task.values()):.3f} ({len(per_task)}) +- "
+                    f"{standard_error(list(per_task.values())):.3f}")
+            base = pooled([warm], suite) if warm and name != WARM else {}
+            if base:
+                gain, se, _ = paired(per_task, base)
+                cell += f"; {gain:+.3f} +- {se:.3f}"
+            cells.append(cell)
+        seeds = ",".join(str(r["seed"]) for r in runs)
+        lines.append(f"| {runs[0]['label']} [w {fingerprint}] | {seeds} | {runs[0]['rollouts']} | "
+                     + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def pooled_points(runs: list[dict], warm: dict | None) -> list[tuple[int, float, int]]:
+    """(rollouts, held-out success averaged over the seeds with a point there, seeds)."""
+    at: dict[int, list[float]] = {}
+    for run in runs:
+        for point in heldout_points(run, warm):
+            at.setdefault(point["rollouts"], []).append(point["success"])
+    return [(r, _mean(v), len(v)) for r, v in sorted(at.items())]
+
+
+def smoothed(rewards: list[float], window: int = SMOOTH) -> list[float]:
+    return [_mean(rewards[max(0, i - window + 1):i + 1]) for i in range(len(rewards))]
+
+
+def train_curve(runs: list[dict]) -> list[tuple[int, float, float, float]]:
+    """(rollouts, mean, min, max) over seeds of the smoothed train reward, per step that every
+    seed reached."""
+    curves = [smoothed([r["reward"] for r in run["steps"]]) for run in runs]
+    steps = min(len(c) for c in curves)
+    rollouts = [r["rollouts"] for r in runs[0]["steps"]]
+    return [(rollouts[i], _mean(c[i] for c in curves), min(c[i] for c in curves),
+             max(c[i] for c in curves)) for i in range(steps)]
+
+
+def first_reaching(points, target: float) -> int | None:
+    """The first rollout count whose value reaches ``target`` (points: (rollouts, value, ...))."""
+    return next((p[0] for p in points if p[1] >= target - 1e-9), None)
+
+
+def efficiency_lines(summaries: list[dict], reference: str, others: tuple[str, ...]) -> list[str]:
+    """Each method's share of the reference's budget to reach the reference's final held-out
+    success and its final smoothed train reward (seeds averaged)."""
+    variants = by_variant(summaries)
+    warms = warm_starts(summaries)
+    lines = []
+    for (name, fingerprint), ref_runs in variants.items():
+        if name != reference:
+            continue
+        warm = warms.get(fingerprint)
+        ref_held = pooled_points(ref_runs, warm)[-1]
+        ref_train = train_curve(ref_runs)[-1]
+        budget = ref_held[0]
+        lines += [(f"Efficiency against {ref_runs[0]['label']} (seeds "
+                  f"{','.join(str(r['seed']) for r in ref_runs)}; final held-out success "
+                  f"{ref_held[1]:.3f}, final train reward, moving mean of {SMOOTH} steps, "
+                  f"{ref_train[1]:.3f}, at {budget} rollouts):"), "",
+                  ("| variant | seeds | held-out points (rollouts: success, seeds) | share of the "
+                  "budget to reach its held-out success | to reach its train reward |"),
+                  "|---|---|---|---|---|"]
+        for other in others:
+            runs = variants.get((other, fingerprint))
+            if not runs:
+                continue
+            held = pooled_points(runs, warm)
+            cells = "; ".join(f"{r}: {v:.3f} ({n})" for r, v, n in held)
+            shares = [first_reaching(held, ref_held[1]),
+                      first_reaching(train_curve(runs), ref_train[1])]
+            text = [f"{s / budget:.0%} ({s} rollouts)" if s is not None else "not reached"
+                    for s in shares]
+            lines.append(f"| {runs[0]['label']} | {','.join(str(r['seed']) for r in runs)} | "
+                         f"{cells} | {text[0]} | {text[1]} |")
+        lines.append("")
+    return lines
+
+
+def control_lines(summaries: list[dict]) -> list[str]:
+    """The warm start re-evaluated on held-out ToolWorld on another machine: how much the
+    numerics (fp32 vs bf16 autocast) move the starting point every gain is paired with."""
+    lines = []
+    for fingerprint, warm in warm_starts(summaries).items():
+        again = warm.get("suites", {}).get(HELDOUT)
+        if again:
+            gain, se, n = paired(again["per_task"], warm["heldout"]["per_task"])
+            lines.append(f"- Warm start [w {fingerprint}] evaluated again on {again['cpu']}: "
+                         f"{again['success']:.3f} against {warm['heldout']['success']:.3f} on "
+                         f"{warm['cpu']}; difference {gain:+.3f} +- {se:.3f} ({n} tasks).")
+    return [*lines, ""] if lines else []
+
+
+def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tuple[str, ...],
+                 comparisons: dict[str, tuple[str, ...]]) -> Path:
+    """Rewrite ``results/learning.md`` and its two plots from the summaries in ``out``."""
+    summaries = load_summaries(out)
+    cpus = sorted({s["cpu"] for s in summaries})
+    efficiency = [line for ref, others in comparisons.items()
+                  for line in efficiency_lines(summaries, ref, others)]
+    text = ["# Learning sweep: held-out ToolWorld success against the warm start", "",
+            ("Written by `python -m benchmarks.learning` (see its docstring); one JSON per run in "
+            "`benchmarks/results/learning/`. Held-out: greedy, `toolworld-test`, 6 turns of at "
+            "most 96 tokens. SE: the standard error of a success rate over its tasks; the gain "
+            "is paired (the same tasks before and after) and its SE is that of the per-task "
+            "differences."), "", "Shared settings: `" + " ".join(shared) + "`.", "",
+            *report_lines(summaries), "", *control_lines(summaries), *curve_lines(summaries),
+            *efficiency, *method_table_lines(summaries, suites), *tier_lines(summaries),
+            "![learning curves](learning.png)", "",
+            "![efficiency: mean over seeds, band = the seeds' spread](learning_efficiency.png)",
+            "", "CPU: " + " | ".join(cpus), ""]
+    path = results / "learning.md"
+    path.write_text("\n".join(text))
+    from benchmarks.learning_plots import plot_efficiency, plot_runs
+
+    plot_runs(summaries, results / "learning.png")
+    plot_efficiency(summaries, results / "learning_efficiency.png",
+                    {name for ref, others in comparisons.items() for name in (ref, *others)})
+    return path
