@@ -242,14 +242,15 @@ def committed(job: Job) -> bool:
             == identity_overrides(job.overrides))
 
 
-def run_job(job: Job, cpu: str, isolate: bool, suites: list[str] | None = None) -> None:
+def run_job(job: Job, cpu: str, isolate: bool, suites: list[str] | None = None,
+            at: set[int] | None = None) -> None:
     """Train + evaluate (resuming), then write its summary and the report, then evaluate the
-    run on ``suites`` while its directory is here; a run whose summary is already committed
-    is not trained again."""
+    run on ``suites`` and its checkpoints ``at`` while its directory is here; a run whose
+    summary is already committed is not trained again."""
     if committed(job):
         print(f"[learning] {job.key}: summary already in {OUT}, skipped", flush=True)
-        if suites and (REPO / json.loads(summary_path(job).read_text())["run_dir"]).exists():
-            suite_points(summary_path(job), suites, job_threads(job), job.eval_batch)
+        if Path(job.run_dir).exists():
+            evaluate_here(job, suites, at)
         return
     if runner.load_result(job) is None:
         print(f"[learning] {job.key} -> {job.run_dir}", flush=True)
@@ -262,14 +263,22 @@ def run_job(job: Job, cpu: str, isolate: bool, suites: list[str] | None = None) 
         path = summary_path(job)
         path.write_text(json.dumps(summary(job, result, cpu), indent=1) + "\n")
         write_report()
+    evaluate_here(job, suites, at)
+
+
+def evaluate_here(job: Job, suites: list[str] | None, at: set[int] | None) -> None:
+    """The evaluations that need the run directory (run directories are not committed), done
+    right after the run: the other suites, then the held-out points along the budget."""
+    if not (suites or at):
+        return
+    threads = int(next((o.split("=", 1)[1] for o in job.overrides
+                        if o.startswith("run.threads=")), 2))
     if suites:
-        suite_points(summary_path(job), suites, job_threads(job), job.eval_batch)
-        with _lock:
-            write_report()
-
-
-def job_threads(job: Job) -> int:
-    return int(next((o.split("=", 1)[1] for o in job.overrides if o.startswith("run.threads=")), 2))
+        suite_points(summary_path(job), suites, threads, job.eval_batch)
+    if at:
+        curve_points(summary_path(job), threads, job.eval_batch, at)
+    with _lock:
+        write_report()
 
 
 def curve_points(summary_path: Path, threads: int, eval_batch: int,
@@ -376,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suites", default=None,
                    help=f"suites: which (default {','.join(SUITES)}); run: evaluate each "
                         "finished run on these too (default: none beyond held-out ToolWorld)")
-    p.add_argument("--at", default="", help="curve: only these checkpoint steps (comma-separated)")
+    p.add_argument("--at", default="", help="curve: only these checkpoint steps (comma-separated); "
+                   "run: evaluate these checkpoints right after each run")
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at once, each in its own process with 2/N threads (the warm "
                         "start's evaluation runs first, alone, with 2)")
@@ -423,9 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     cpu = cpu_line()
     print(f"[learning] {len(jobs)} runs; command: {shlex.join([sys.executable, '-m', 'benchmarks.learning', *(argv or sys.argv[1:])])}")
     suites = args.suites.split(",") if args.suites else None
+    at = {int(step) for step in args.at.split(",") if step}
     run_job(jobs[0], cpu, args.isolate)
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        for future in [pool.submit(run_job, j, cpu, args.isolate, suites) for j in jobs[1:]]:
+        for future in [pool.submit(run_job, j, cpu, args.isolate, suites, at)
+                       for j in jobs[1:]]:
             future.result()
     print(write_report())
     return 0

@@ -42,10 +42,11 @@ def test_sweep_runs_resumes_and_reports(tmp_path, monkeypatch):
     checkpoints = sorted((tmp_path / "runs" / "grpo-lr1e-3-s0-wnone" / "checkpoints").iterdir())
     assert len(checkpoints) == 2  # every step kept, for held-out points along the curve
     finished = trained["finished"]
-    assert learning.main(argv) == 0  # finished runs are skipped, not trained again
+    # finished runs are skipped, not trained again; --at evaluates their kept checkpoints
+    # while the run directory is here (the last checkpoint is the run's own held-out point)
+    assert learning.main([*argv, "--at", "1", "--eval-batch", "4"]) == 0
     again = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0-wnone.json").read_text())
-    assert again["finished"] == finished
-    # held-out points along the budget from the kept checkpoints (the last one is the run's own)
+    assert again["finished"] == finished and [p["step"] for p in again["curve"]] == [1]
     assert learning.main(["curve", "--variants", "grpo-lr1e-3", "--eval-batch", "4"]) == 0
     curve = json.loads((tmp_path / "results" / "learning" / "grpo-lr1e-3-s0-wnone.json").read_text())["curve"]
     assert [(p["step"], p["rollouts"], p["n"]) for p in curve] == [(1, 4, 3)]
