@@ -341,10 +341,11 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     adapter, out = "", RUNS / f"{path.stem}-suites"
     if data["name"] != WARM:
         checkpoints = list_checkpoints(REPO / data["run_dir"])
-        final = f"step-{len(data['steps'])}"
-        if not checkpoints or checkpoints[-1].name != final:
-            raise SystemExit(f"{path.stem}: its final checkpoint ({data['run_dir']}/checkpoints/"
-                             f"{final}) is not here; suites are evaluated where the run ran")
+        final = len(data["steps"])
+        if not checkpoints or int(checkpoints[-1].name.removeprefix("step-")) != final:
+            raise SystemExit(f"{path.stem}: its final checkpoint (step {final} in "
+                             f"{data['run_dir']}/checkpoints) is not here; suites are evaluated "
+                             "where the run ran")
         adapter, out = str(checkpoints[-1] / "student"), checkpoints[-1] / "suites"
     cpu = cpu_line()
     for suite in todo:

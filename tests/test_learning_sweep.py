@@ -233,9 +233,9 @@ def test_suite_points_evaluate_the_final_student_on_missing_suites(tmp_path, mon
     import lopd.evaluate
 
     run_dir = tmp_path / "run"
-    final = run_dir / "checkpoints" / "step-2"
+    final = run_dir / "checkpoints" / "step-000002"  # the trainer's checkpoint names
     monkeypatch.setattr(lopd.checkpoint, "list_checkpoints",
-                        lambda d: [run_dir / "checkpoints" / "step-1", final] if d == run_dir else [])
+                        lambda d: [run_dir / "checkpoints" / "step-000001", final] if d == run_dir else [])
     specs = []
 
     def fake_eval(spec):
