@@ -281,6 +281,21 @@ def evaluate_here(job: Job, suites: list[str] | None, at: set[int] | None) -> No
         write_report()
 
 
+def eval_spec(config: dict[str, str], suite: str, adapter: str, out: Path, threads: int,
+              eval_batch: int, limit: int = 0):
+    """Greedy evaluation of a run's student (``adapter`` on its warm start) on ``suite``, with
+    the run's turn and token budget unless ``SUITE_BUDGET`` names the suite's own."""
+    from lopd.evaluate import EvalSpec
+
+    turns, tokens = SUITE_BUDGET.get(suite, (int(config["rollout.max_steps"]),
+                                             int(config["rollout.max_new_tokens"])))
+    return EvalSpec(model=config.get("model.name", "smollm2-135m"), suites=[suite], limit=limit,
+                    out_dir=str(out), adapter=adapter,
+                    init_adapter=config.get("model.init_adapter", ""), threads=threads,
+                    dtype=config.get("model.dtype", "auto"), max_new_tokens=tokens,
+                    max_steps=turns, batch_size=eval_batch)
+
+
 def curve_points(summary_path: Path, threads: int, eval_batch: int,
                  steps: set[int] | None = None) -> int:
     """Evaluate a finished run's kept checkpoints (all but the last, whose held-out result is
@@ -288,7 +303,7 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
     summary as ``curve``. Returns the number of new points. Resumable: points already in the
     summary are kept."""
     from lopd.checkpoint import list_checkpoints
-    from lopd.evaluate import EvalSpec, run_eval
+    from lopd.evaluate import run_eval
 
     data = json.loads(summary_path.read_text())
     run_dir = REPO / data["run_dir"]
@@ -300,13 +315,8 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
         step = int(checkpoint.name.removeprefix("step-"))
         if step in done or (steps and step not in steps):
             continue
-        spec = EvalSpec(model=config.get("model.name", "smollm2-135m"), suites=["toolworld-test"],
-                        limit=data["heldout"]["n"], out_dir=str(checkpoint / "heldout"),
-                        adapter=str(checkpoint / "student"),
-                        init_adapter=config.get("model.init_adapter", ""), threads=threads,
-                        dtype=config.get("model.dtype", "auto"),
-                        max_new_tokens=int(config["rollout.max_new_tokens"]),
-                        max_steps=int(config["rollout.max_steps"]), batch_size=eval_batch)
+        spec = eval_spec(config, "toolworld-test", str(checkpoint / "student"),
+                         checkpoint / "heldout", threads, eval_batch, limit=data["heldout"]["n"])
         held = run_eval(spec)["toolworld-test"]
         data.setdefault("curve", []).append({
             "step": step, "rollouts": step * per_step, "n": held["n"],
@@ -330,7 +340,7 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     (a trained run's last checkpoint); returns the number of new evaluations."""
     from benchmarks.bench_throughput import cpu_line
     from lopd.checkpoint import list_checkpoints
-    from lopd.evaluate import EvalSpec, run_eval
+    from lopd.evaluate import run_eval
 
     data = json.loads(path.read_text())
     have = data.setdefault("suites", {})
@@ -349,13 +359,8 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
         adapter, out = str(checkpoints[-1] / "student"), checkpoints[-1] / "suites"
     cpu = cpu_line()
     for suite in todo:
-        turns, tokens = SUITE_BUDGET.get(suite, (int(config["rollout.max_steps"]),
-                                                 int(config["rollout.max_new_tokens"])))
-        spec = EvalSpec(model=config.get("model.name", "smollm2-135m"), suites=[suite],
-                        out_dir=str(out / suite), adapter=adapter,
-                        init_adapter=config.get("model.init_adapter", ""), threads=threads,
-                        dtype=config.get("model.dtype", "auto"), max_new_tokens=tokens,
-                        max_steps=turns, batch_size=eval_batch)
+        spec = eval_spec(config, suite, adapter, out / suite, threads, eval_batch)
+        turns, tokens = spec.max_steps, spec.max_new_tokens
         started = time.perf_counter()
         result = run_eval(spec)[suite]
         have[suite] = {**{k: result[k] for k in ("n", "success", "reward", "per_task")},
