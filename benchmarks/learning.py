@@ -370,9 +370,6 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     return len(todo)
 
 
-
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["run", "curve", "suites", "report", "list"],
