@@ -18,6 +18,9 @@ from pathlib import Path
 
 from lopd import __version__
 
+DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
+"""``model.dtype`` choices (``lopd.models.DTYPE_CHOICES``, kept here so `--help` needs no torch)."""
+
 _EPILOG = """\
 examples:
   lopd demo                                  a short GRPO run on SmolLM2-135M, held-out before/after (runs/demo/)
@@ -106,7 +109,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     check_demo(args)
     from lopd.demo import run_demo
 
-    run_demo(out_dir=args.out, quick=args.quick, method=args.method, steps=args.steps)
+    run_demo(out_dir=args.out, quick=args.quick, method=args.method, steps=args.steps, dtype=args.dtype)
     return 0
 
 
@@ -157,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=0,
                       help="training steps of 32 rollouts (default 8, about 20 min on 2 cores; "
                            "the sweep's GRPO gain needs about 24)")
+    demo.add_argument("--dtype", default="auto", choices=DTYPES,
+                      help="model.dtype (default auto: bf16 autocast where the CPU has fast bf16, "
+                           "else fp32; fp32 times the demo as a CPU without it runs)")
     demo.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
     demo.set_defaults(func=_cmd_demo)
 
@@ -193,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, default=0, help="tasks per suite (0 = all)")
     ev.add_argument("--out", default="runs/eval", help="where eval.json and eval.md go")
     ev.add_argument("--threads", type=int, default=2)
-    ev.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "bf16-autocast"],
+    ev.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="auto = bf16 where it is fast (GPU, AVX-512 BF16, AMX), else fp32")
     ev.add_argument("--device", default="auto", help=DEVICE_HELP)
     ev.add_argument("--max-new-tokens", type=int, default=192)

@@ -41,9 +41,12 @@ task in 3; failed episodes, which set the evaluation's length, stop 2 turns earl
 sweep's 6."""
 
 
-def demo_config(out: Path, quick: bool, method: str = "grpo", steps: int = 0) -> Config:
-    """The sweep's learning setting at the demo's budget (fp32 on a CPU without fast bf16)."""
+def demo_config(out: Path, quick: bool, method: str = "grpo", steps: int = 0,
+                dtype: str = "auto") -> Config:
+    """The sweep's learning setting at the demo's budget (``dtype`` auto: fp32 on a CPU without
+    fast bf16, bf16 autocast where it is fast; fp32 reproduces the former anywhere)."""
     config = Config()
+    config.model.dtype = dtype
     config.method.name = method
     config.run.out_dir = str(out / method)
     steps = steps or (2 if quick else STEPS)
@@ -110,13 +113,13 @@ def reward_curve(metrics_path: Path, png: Path, method: str) -> None:
 
 
 def run_demo(out_dir: str = "runs/demo", quick: bool = False, method: str = "grpo",
-             steps: int = 0) -> Path:
+             steps: int = 0, dtype: str = "auto") -> Path:
     from lopd.trainer import Trainer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    config = demo_config(out, quick, method, steps)
+    config = demo_config(out, quick, method, steps, dtype)
     config.model.init_adapter = warm_start(out, config, quick)
     print(f"[2/4] building the {method} trainer; held-out eval before training "
           f"({config.data.eval_tasks} tasks)")

@@ -35,6 +35,17 @@ def test_full_demo_setting_is_the_sweeps_learning_setting(tmp_path):
     assert config.data.eval_tasks >= 100
 
 
+def test_dtype_reaches_the_config_and_the_cli_offers_the_models_choices(tmp_path, capsys):
+    from lopd.cli import DTYPES
+    from lopd.models import DTYPE_CHOICES
+
+    assert demo_config(tmp_path, quick=False, dtype="fp32").model.dtype == "fp32"
+    assert demo_config(tmp_path, quick=False).model.dtype == "auto"
+    assert DTYPES == DTYPE_CHOICES
+    assert main(["demo", "--quick", "--dtype", "fp16", "--out", str(tmp_path)]) != 0
+    assert "--dtype: invalid choice: 'fp16'" in capsys.readouterr().err
+
+
 def test_unknown_method_fails_naming_the_field(tmp_path):
     with pytest.raises(Exception, match="method.name"):
         demo_config(tmp_path, quick=True, method="ppo")
