@@ -145,9 +145,10 @@ ABLATIONS = {
 choices (REFERENCE.md) as rows."""
 
 
-def setting_overrides(method: str) -> tuple[str, ...]:
-    """``method`` at ``SETTING`` (GRPO's rows fit a micro-batch of 8; the teacher methods 4)."""
-    return (f"method.name={method}", "optim.student_lr=5e-4", "rollout.temperature=0.7",
+def setting_overrides(method: str, lr: str = "5e-4") -> tuple[str, ...]:
+    """``method`` at ``SETTING`` (GRPO's rows fit a micro-batch of 8; the teacher methods 4),
+    or at another learning rate ``lr``."""
+    return (f"method.name={method}", f"optim.student_lr={lr}", "rollout.temperature=0.7",
             "data.train_max_tier=1", "optim.tasks_per_step=4", "optim.group_size=8",
             f"optim.micro_batch={8 if method == 'grpo' else 4}", "rollout.train_max_steps=3")
 
@@ -156,7 +157,7 @@ VARIANTS.update({f"{m}-{SETTING}": (f"{label}, {SETTING_LABEL}", setting_overrid
                  for m, label in METHOD_LABELS.items()})
 VARIANTS["sdpo-lr5e-5-t0.7-tier1-g8"] = (
     f"SDPO, {SETTING_LABEL.replace('lr 5e-4', 'lr 5e-5 (a tenth)')}",
-    tuple(o.replace("student_lr=5e-4", "student_lr=5e-5") for o in setting_overrides("sdpo")))
+    setting_overrides("sdpo", lr="5e-5"))
 """Step-size control for the distillation rows that end below the warm start (RESULTS.md)."""
 VARIANTS.update({f"lopd-{SETTING}-{key}": (f"LOPD, {SETTING_LABEL}, {label}",
                                            (*setting_overrides("lopd"), *extra))
