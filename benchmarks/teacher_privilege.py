@@ -13,7 +13,10 @@ start, and re-scores each step's rollouts under several contexts:
 - ``latent``: the composed J*K latents (phi_0 from this run's cold start), other tasks' rows;
 - ``latent-self``: the same, but a task may retrieve its own rows (the authors' code), which
   include this step's successful rollouts of the same task (the bank is updated first);
-- ``text`` / ``text-self``: the same J retrieved experiences as a text block.
+- ``text`` / ``text-self``: the same J retrieved experiences as a text block;
+- ``own``: the variant's own teacher context, whatever its method builds (for SDPO a sibling's
+  successful rollout and the feedback, for OPSD the reference trace, for SDFT the
+  demonstration): ``--variant sdpo-lr5e-4-t0.7-tier1-g8 --contexts own``.
 
 Per context it reports, over the rollouts that had a context, the mean shift
 ``mean_n (log pT - log pS)`` on successful and on failed rollouts, their difference, and Delta,
@@ -48,7 +51,10 @@ CONTEXTS = {
     "latent-self": ("method.context=latent", True),
     "text": ("method.context=text", False),
     "text-self": ("method.context=text", True),
+    "own": (None, None),
 }
+"""Context name -> (override of method.context, whether a task may retrieve its own bank rows);
+None leaves the variant's setting as it is."""
 
 
 def recording_distill_loss(record: list):
@@ -90,8 +96,10 @@ def score(trainer, trajs, step: int, contexts: list[str], record: list) -> dict[
     found: dict[str, list] = {}
     for name in contexts:
         override, allow_self = CONTEXTS[name]
-        apply(trainer.config, parse_overrides([override]))
-        trainer.rt.provider.allow_self = allow_self
+        if override is not None:
+            apply(trainer.config, parse_overrides([override]))
+        if allow_self is not None:
+            trainer.rt.provider.allow_self = allow_self
         record.clear()
         context = trainer.rt.context(trajs, step)
         trainer.update(trajs, context, {})
@@ -108,13 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adapter", default=str(WARM_ADAPTER))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", default="0,1,2", help="which steps' tasks to roll out")
-    parser.add_argument("--contexts", default=",".join(CONTEXTS))
+    parser.add_argument("--contexts", default="latent,latent-self,text,text-self",
+                        help=f"comma-separated, of {', '.join(CONTEXTS)}")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="more overrides")
     parser.add_argument("--name", default="teacher_privilege")
     parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     contexts = args.contexts.split(",")
+    unknown = sorted(set(contexts) - set(CONTEXTS))
+    if unknown:
+        parser.error(f"--contexts: unknown {unknown}; choose from {sorted(CONTEXTS)}")
     record: list = []
     trainer_module.distill_loss = recording_distill_loss(record)
     per_context: dict[str, list] = {name: [] for name in contexts}
@@ -159,12 +171,12 @@ def report(args, result: dict) -> str:
             f"{_pm(s['shift_failure'])} | {_pm(s['difference'])} | {_pm(s['delta'])} |"
             for name, s in result["contexts"].items()]
     return "\n".join([
-        "# LOPD's teacher margin at the warm start, per privileged context", "",
+        "# The teacher's margin at the warm start, per privileged context", "",
         f"    {result['command']}", "", f"CPU: {result['cpu']}", "",
         (f"Variant `{args.variant}`, seed {args.seed}, the tasks of steps {args.steps}: "
          f"{result['rollouts']} rollouts, mean reward {result['mean_reward']:.3f}; no optimiser "
          f"step, so the teacher and the student are the warm start and the shift is what the "
-         f"context adds. Setup (bank, cold start) {result['setup_seconds']} s; all "
+         f"context adds. Setup (bank and cold start where the method has them) {result['setup_seconds']} s; all "
          f"{result['seconds']} s. Cold start: {json.dumps(result['coldstart'])}."), "",
         ("Shift = mean over a rollout's sampled tokens of log pT - log pS (nats per token); "
          "Delta = mean of (2r - 1) x shift (eq. 12); +- one standard error over rollouts. "
