@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks.bench_throughput import cpu_line
 from benchmarks.bench_update import build, command_line
 from benchmarks.learning import VARIANTS, WARM_ADAPTER
@@ -58,36 +60,47 @@ None leaves the variant's setting as it is."""
 
 
 def recording_distill_loss(record: list):
-    """``lopd.methods.distill_loss`` that also appends (signal, mean shift) per scored row."""
+    """``lopd.methods.distill_loss`` that also appends, per scored row, (signal, mean shift,
+    mean entropy gap H(pT) - H(pS)) over its supervised positions."""
     original = trainer_module.distill_loss
 
     def wrapped(method, student, teacher, targets, rows, active, signal, *args, **kwargs):
         for row in range(active.shape[0]):
             at = (rows == row).nonzero().squeeze(-1)
             if bool(active[row]) and at.numel():
-                shift = (gather_token_logprobs(teacher[at], targets[at])
-                         - gather_token_logprobs(student[at], targets[at])).mean()
-                record.append((float(signal[row]), float(shift.detach())))
+                with torch.no_grad():
+                    shift = (gather_token_logprobs(teacher[at], targets[at])
+                             - gather_token_logprobs(student[at], targets[at])).mean()
+                    gap = (entropy(teacher[at]) - entropy(student[at])).mean()
+                record.append((float(signal[row]), float(shift), float(gap)))
         return original(method, student, teacher, targets, rows, active, signal, *args, **kwargs)
 
     return wrapped
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy (nats) of softmax(logits), computed in fp32."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
     return (statistics.fmean(values), standard_error(values)) if values else (math.nan, math.nan)
 
 
-def summarize(pairs: list[tuple[float, float]]) -> dict:
-    """Shift on successes and failures, their difference and Delta, each (mean, SE)."""
-    wins = [s for a, s in pairs if a > 0]
-    fails = [s for a, s in pairs if a <= 0]
+def summarize(rows: list[tuple]) -> dict:
+    """Shift on successes and failures, their difference, Delta and (where recorded) the
+    entropy gap, each (mean, SE); a row is (signal, shift) or (signal, shift, entropy gap)."""
+    wins = [r[1] for r in rows if r[0] > 0]
+    fails = [r[1] for r in rows if r[0] <= 0]
     win, win_se = mean_se(wins)
     fail, fail_se = mean_se(fails)
-    delta, delta_se = mean_se([a * s for a, s in pairs])
-    return {"rows": len(pairs), "successes": len(wins), "failures": len(fails),
+    delta, delta_se = mean_se([r[0] * r[1] for r in rows])
+    gap, gap_se = mean_se([r[2] for r in rows if len(r) > 2])
+    return {"rows": len(rows), "successes": len(wins), "failures": len(fails),
             "shift_success": [win, win_se], "shift_failure": [fail, fail_se],
             "difference": [win - fail, math.hypot(win_se, fail_se)],
-            "delta": [delta, delta_se]}
+            "delta": [delta, delta_se], "entropy_gap": [gap, gap_se]}
 
 
 def score(trainer, trajs, step: int, contexts: list[str], record: list) -> dict[str, list]:
@@ -168,7 +181,8 @@ def _pm(pair: list[float]) -> str:
 
 def report(args, result: dict) -> str:
     rows = [f"| {name} | {s['rows']} ({s['successes']} / {s['failures']}) | {_pm(s['shift_success'])} | "
-            f"{_pm(s['shift_failure'])} | {_pm(s['difference'])} | {_pm(s['delta'])} |"
+            f"{_pm(s['shift_failure'])} | {_pm(s['difference'])} | {_pm(s['delta'])} | "
+            f"{_pm(s.get('entropy_gap', [math.nan, math.nan]))} |"
             for name, s in result["contexts"].items()]
     return "\n".join([
         "# The teacher's margin at the warm start, per privileged context", "",
@@ -179,11 +193,13 @@ def report(args, result: dict) -> str:
          f"context adds. Setup (bank and cold start where the method has them) {result['setup_seconds']} s; all "
          f"{result['seconds']} s. Cold start: {json.dumps(result['coldstart'])}."), "",
         ("Shift = mean over a rollout's sampled tokens of log pT - log pS (nats per token); "
-         "Delta = mean of (2r - 1) x shift (eq. 12); +- one standard error over rollouts. "
-         "The margin m is 0.05."), "",
+         "Delta = mean of (2r - 1) x shift (eq. 12); entropy gap = mean over a rollout's positions "
+         "of H(pT) - H(pS) (positive: the context leaves the teacher less sure than the student, "
+         "and a divergence toward it flattens the student); +- one standard error over "
+         "rollouts. The margin m is 0.05."), "",
         ("| context | rollouts (successes / failures) | shift, successes | shift, failures | "
-         "difference | Delta |"),
-        "|---|---|---|---|---|---|", *rows, ""])
+         "difference | Delta | entropy gap |"),
+        "|---|---|---|---|---|---|---|", *rows, ""])
 
 
 if __name__ == "__main__":

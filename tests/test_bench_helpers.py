@@ -42,3 +42,15 @@ def test_own_context_leaves_the_variant_alone():
     assert CONTEXTS["own"] == (None, None)
     assert all(override.startswith("method.context=")
                for override, _ in (v for k, v in CONTEXTS.items() if k != "own"))
+
+
+def test_entropy_gap_summary_and_hand_worked_entropy():
+    import torch
+
+    from benchmarks.teacher_privilege import entropy
+
+    uniform = torch.zeros(2, 4)
+    assert entropy(uniform).tolist() == pytest.approx([math.log(4)] * 2)
+    assert entropy(torch.tensor([[0.0, -1e4]])).item() == pytest.approx(0.0, abs=1e-6)
+    s = summarize([(1.0, 0.1, 0.5), (-1.0, 0.0, 0.3)])
+    assert s["entropy_gap"][0] == pytest.approx(0.4)
