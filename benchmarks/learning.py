@@ -30,7 +30,10 @@ HumanEval gets one answer of up to 256 tokens (``SUITE_BUDGET``); the other suit
 own turn and token budget.
 
 Runs start from the warm start kept in `benchmarks/results/learning/warm-start-adapter/`
-(`--init-adapter` to use another).
+(`--init-adapter` to use another). The table's vanilla row is the base model without it:
+
+    .venv/bin/python -m benchmarks.learning run --variants '' --init-adapter '' \
+        --suites toolworld-transfer,humaneval
 
 Resumable: runs live under `runs/learning/NAME-sSEED-wFINGERPRINT` (a killed run continues
 from its last checkpoint, a finished one is skipped; `benchmarks.experiments.runner`), and a
@@ -219,7 +222,7 @@ def summary(job: Job, result: dict, cpu: str) -> dict:
              for r in result["metrics"]]
     return {
         "name": job.name, "seed": job.seed, "method": job.method,
-        "label": VARIANTS[job.name][0] if job.name in VARIANTS else "warm start (no training)",
+        "label": _label(job),
         "overrides": [o for o in job.overrides if not o.startswith("run.out_dir=")],
         "rollouts": steps[-1]["rollouts"] if steps else 0, "steps": steps,
         "heldout": {k: held[k] for k in ("n", "success", "reward", "per_task", "seconds")
@@ -229,6 +232,14 @@ def summary(job: Job, result: dict, cpu: str) -> dict:
         "timing": result["timing"], "peak_rss_mb": result["peak_rss_mb"], "cpu": cpu,
         "finished": result["finished"], "warm_start": _warm_start(job),
     }
+
+
+def _label(job: Job) -> str:
+    """The variant's label; the warm start's run without an adapter is vanilla (the base model)."""
+    if job.name in VARIANTS:
+        return VARIANTS[job.name][0]
+    return ("vanilla (the base model, no warm start)" if _warm_start(job) == "none"
+            else "warm start (no training)")
 
 
 def summary_path(job: Job) -> Path:
@@ -442,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[learning] {len(jobs)} runs; command: {shlex.join([sys.executable, '-m', 'benchmarks.learning', *(argv or sys.argv[1:])])}")
     suites = args.suites.split(",") if args.suites else None
     at = {int(step) for step in args.at.split(",") if step}
-    run_job(jobs[0], cpu, args.isolate)
+    run_job(jobs[0], cpu, args.isolate, suites)  # the warm start (or vanilla) gets the suites too
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
         for future in [pool.submit(run_job, j, cpu, args.isolate, suites, at)
                        for j in jobs[1:]]:

@@ -101,6 +101,18 @@ def test_the_warm_start_job_does_not_depend_on_checkpoint_settings(tmp_path):
     assert trained[0].fingerprint != trained[1].fingerprint  # a trained run keeps other checkpoints
 
 
+def test_the_warm_start_job_without_an_adapter_is_labelled_vanilla(tmp_path):
+    import argparse
+
+    def warm(adapter):
+        args = argparse.Namespace(runs=str(tmp_path), init_adapter=adapter, checkpoint_every=4,
+                                  set=[], eval_tasks=0, eval_batch=4)
+        return learning.job(learning.WARM, 0, 0, args, 2)
+
+    assert learning._label(warm("")) == "vanilla (the base model, no warm start)"
+    assert learning._label(warm(str(learning.WARM_ADAPTER))) == "warm start (no training)"
+
+
 def test_a_committed_summary_is_not_run_again(tmp_path, monkeypatch):
     import argparse
 
