@@ -34,7 +34,8 @@ def parse_caps(text: str) -> list[tuple[int, int]]:
     return caps
 
 
-def measure(caps: list[tuple[int, int]], dtype: str, repeats: int, adapter: str) -> list[dict]:
+def measure(caps: list[tuple[int, int]], dtype: str, repeats: int, adapter: str,
+            threads: int = 2) -> list[dict]:
     """Evaluate one trainer's student at each cap, ``repeats`` rounds in the given order."""
     from lopd.demo import WARM_START, demo_config
     from lopd.trainer import Trainer
@@ -42,6 +43,7 @@ def measure(caps: list[tuple[int, int]], dtype: str, repeats: int, adapter: str)
     config = demo_config(Path("runs/bench_demo_eval"), quick=False, dtype=dtype)
     config.model.init_adapter = "" if adapter == "none" else (adapter or str(WARM_START))
     config.run.tensorboard = False
+    config.run.threads = threads
     trainer = Trainer(config)
     rows = []
     for round_ in range(repeats):
@@ -85,13 +87,14 @@ def main() -> None:
                         help="comma-separated TURNSxTOKENS caps (turns per episode x new tokens per turn)")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="model.dtype (fp32 = what a CPU without fast bf16 runs)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (the demo uses 2)")
     parser.add_argument("--adapter", default="", help="student adapter (default: the committed warm start; none: the base model)")
     args = parser.parse_args()
     try:
         caps = parse_caps(args.caps)
     except ValueError as error:
         parser.error(str(error))
-    rows = measure(caps, args.dtype, args.repeats, args.adapter)
+    rows = measure(caps, args.dtype, args.repeats, args.adapter, args.threads)
     print(write(rows, args.dtype, "python -m benchmarks.bench_demo_eval " + " ".join(sys.argv[1:])))
 
 
