@@ -200,6 +200,9 @@ def cpu_line() -> str:
     info = subprocess.run([sys.executable, "-m", "lopd.cli", "info"], check=False, cwd=ROOT,
                           capture_output=True, text=True).stdout.splitlines()
     wanted = [line for line in info if line.startswith(("cpu", "cuda", "bf16", "torch threads"))]
+    if "torch" in sys.modules:  # the threads this process runs with, not the subprocess's default
+        threads = f"torch threads: {sys.modules['torch'].get_num_threads()} (cores: {os.cpu_count()})"
+        wanted = [threads if line.startswith("torch threads") else line for line in wanted]
     model, flags = "", set()
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name") and not model:

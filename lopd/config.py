@@ -385,6 +385,8 @@ def validate(config: Config) -> Config:
         (config.rollout.max_steps >= 1, "rollout.max_steps", ">= 1"),
         (config.rollout.train_max_steps >= 0, "rollout.train_max_steps", ">= 0 (0 = max_steps)"),
         (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", ">= 1"),
+        (config.rollout.eval_max_new_tokens >= 0, "rollout.eval_max_new_tokens",
+         ">= 0 (0 = max_new_tokens)"),
         (config.rollout.temperature >= 0, "rollout.temperature", ">= 0"),
         (0 < config.rollout.top_p <= 1, "rollout.top_p", "in (0, 1]"),
         (config.run.threads >= 1, "run.threads", ">= 1"),

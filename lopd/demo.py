@@ -35,10 +35,14 @@ EVAL_MAX_TIER = 2
 """The demo's held-out tasks: the first 100 of tiers 1-2 (53 tier-1, 47 tier-2). Training uses
 tier 1, where the sweep's gain is; tiers 3-5 stay at 0 at this budget and their failed
 six-turn episodes would double the evaluation time."""
-EVAL_TURNS = 4
+EVAL_TURNS = 3
 """Turn cap of the demo's held-out episodes: a tier-1 task is solved in 2 turns and a tier-2
-task in 3; failed episodes, which set the evaluation's length, stop 2 turns earlier than the
+task in 3; failed episodes, which set the evaluation's length, stop 3 turns earlier than the
 sweep's 6."""
+EVAL_TOKENS = 64
+"""New tokens per held-out turn (training keeps the sweep's 96). On the demo's 100 tasks 3
+turns x 64 tokens took 0.78x the time of 4 x 96 and changed one outcome
+(benchmarks/results/demo_eval_turns.md)."""
 
 
 def demo_config(out: Path, quick: bool, method: str = "grpo", steps: int = 0,
@@ -66,6 +70,7 @@ def demo_config(out: Path, quick: bool, method: str = "grpo", steps: int = 0,
     config.rollout.max_steps = 6 if quick else EVAL_TURNS
     config.rollout.train_max_steps = 3
     config.rollout.max_new_tokens = 24 if quick else 96
+    config.rollout.eval_max_new_tokens = 0 if quick else EVAL_TOKENS
     config.rollout.temperature = 0.7
     if quick:
         config.model.name = "tiny-random"
@@ -150,8 +155,8 @@ def write_report(out: Path, config: Config, before: dict, after: dict, trainer, 
          f"{config.optim.group_size} rollouts, LoRA lr {config.optim.student_lr:g}, "
          f"temperature {config.rollout.temperature:g}; wall time {seconds / 60:.1f} min."), "",
         (f"| held-out ToolWorld ({before['n']} tasks{tiers}, greedy, {config.rollout.max_steps} "
-         "turns) | success | "
-         "mean reward |"),
+         f"turns x {config.rollout.eval_max_new_tokens or config.rollout.max_new_tokens} "
+         "tokens) | success | mean reward |"),
         "|---|---|---|",
         f"| warm start | {before['success']:.3f} +- {before['success_se']:.3f} | {before['reward']:.3f} |",
         f"| after {name} | {after['success']:.3f} +- {after['success_se']:.3f} | {after['reward']:.3f} |",

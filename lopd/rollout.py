@@ -36,6 +36,10 @@ class RolloutConfig:
     what held-out numbers mean."""
     max_new_tokens: int = 192
     """Token budget of one assistant turn."""
+    eval_max_new_tokens: int = 0
+    """Token budget of one turn in the trainer's held-out evaluation only (0 =
+    ``max_new_tokens``). A batch of greedy episodes decodes each turn until its longest response
+    stops, so a failed episode that rambles to the budget sets the evaluation's length."""
     max_context_tokens: int = 2048
     """An episode whose conversation would exceed this is stopped (reward 0, truncated)."""
     temperature: float = 1.0

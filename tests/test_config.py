@@ -29,6 +29,7 @@ def test_overrides_and_round_trip(tmp_path):
     ("rollout.top_p=1.5", "rollout.top_p"),
     ("method.margin=-1", "method.margin"),
     ("model.dtype=fp8", "model.dtype"),
+    ("rollout.eval_max_new_tokens=-1", "rollout.eval_max_new_tokens"),
     ("model.device=tpu", "model.device"),
     ("model.device=cuda:x", "model.device"),
     ("optim.share_prefix=maybe", "optim.share_prefix"),

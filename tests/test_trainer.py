@@ -300,6 +300,31 @@ def test_train_max_steps_caps_training_rollouts_only(tmp_path, monkeypatch):
     assert trainer.config.rollout.max_steps == 3  # the evaluation cap is untouched
 
 
+def test_eval_max_new_tokens_caps_the_evaluation_only(tmp_path, monkeypatch):
+    """rollout.eval_max_new_tokens caps held-out turns; training keeps rollout.max_new_tokens."""
+    import lopd.evaluate
+    import lopd.rollout
+
+    trainer = Trainer(_config(tmp_path, "grpo", **{"rollout.max_new_tokens": 12,
+                                                   "rollout.eval_max_new_tokens": 5}))
+    budgets = []
+    real_eval, real_episodes = lopd.evaluate.evaluate_tasks, lopd.rollout.run_episodes
+
+    def evaluating(backend, renderer, tasks, rollout, **kwargs):
+        budgets.append(("eval", rollout.max_new_tokens))
+        return real_eval(backend, renderer, tasks, rollout, **kwargs)
+
+    def training(envs, backend, renderer, config, **kwargs):
+        budgets.append(("train", config.max_new_tokens))
+        return real_episodes(envs, backend, renderer, config, **kwargs)
+
+    monkeypatch.setattr(lopd.evaluate, "evaluate_tasks", evaluating)
+    trainer.evaluate()
+    monkeypatch.setattr(lopd.rollout, "run_episodes", training)
+    trainer.rt.rollout(trainer.sample_tasks(0), 0)
+    assert budgets == [("eval", 5), ("train", 12)]
+
+
 @pytest.mark.parametrize("option", ["optim.length_sorted", "optim.trim_after_last_action"])
 @pytest.mark.parametrize("method", ["lopd", "grpo"])
 def test_exact_update_options_give_the_same_gradients(tmp_path, method, option):
