@@ -408,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                    "run: evaluate these checkpoints right after each run")
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at once, each in its own process with 2/N threads (the warm "
-                        "start's evaluation runs first, alone, with 2)")
+                        "start's evaluation runs first, alone, with 2); curve and suites "
+                        "evaluate one run at a time with 2/N threads, leaving the rest free")
     p.add_argument("--set", action="append", default=[], metavar="section.field=value",
                    help="override for every run (repeatable; changes the runs' identity)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
@@ -425,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         at = {int(step) for step in args.at.split(",") if step}
         for path in sorted(OUT.glob("*.json")):
             if json.loads(path.read_text())["name"] in wanted:
-                print(f"[learning] {path.stem}: {curve_points(path, 2, args.eval_batch, at)} new points")
+                print(f"[learning] {path.stem}: {curve_points(path, max(1, 2 // args.parallel), args.eval_batch, at)} new points")
                 with _lock:
                     write_report()
         return 0
@@ -434,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         suites = (args.suites or ",".join(SUITES)).split(",")
         for path in sorted(OUT.glob("*.json")):
             if json.loads(path.read_text())["name"] in wanted:
-                print(f"[learning] {path.stem}: {suite_points(path, suites, 2, args.eval_batch)} "
+                print(f"[learning] {path.stem}: {suite_points(path, suites, max(1, 2 // args.parallel), args.eval_batch)} "
                       "new suites")
                 with _lock:
                     write_report()
