@@ -29,8 +29,8 @@ WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "l
 SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
 STEPS = 8
 """Training steps of the full demo (256 rollouts), sized by timing it (benchmarks/results/demo:
-21.4 min on 2 AVX2 cores, held-out +0.010 +- 0.054). The learning sweep's gain (+0.09 on 200
-held-out tasks) took 24 steps: ``lopd demo --steps 24``."""
+15.9 min on 2 cores in fp32 with AVX2 kernels, held-out +0.020 +- 0.053). The learning sweep's
+gain (+0.09 on 200 held-out tasks) took 24 steps: ``lopd demo --steps 24``."""
 EVAL_MAX_TIER = 2
 """The demo's held-out tasks: the first 100 of tiers 1-2 (53 tier-1, 47 tier-2). Training uses
 tier 1, where the sweep's gain is; tiers 3-5 stay at 0 at this budget and their failed
