@@ -37,7 +37,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path, monkeypatch):
     warm = runs["warm-start-s0-wnone"]
     assert warm["rollouts"] == 0 and warm["method"] == "grpo" and warm["warm_start"] == "none"
     report = (tmp_path / "results" / "learning.md").read_text()
-    assert "GRPO, LoRA lr 1e-3" in report and "warm start (no training)" in report
+    assert "GRPO, LoRA lr 1e-3" in report and "vanilla (the base model, no warm start)" in report
     assert (tmp_path / "results" / "learning.png").stat().st_size > 0
     checkpoints = sorted((tmp_path / "runs" / "grpo-lr1e-3-s0-wnone" / "checkpoints").iterdir())
     assert len(checkpoints) == 2  # every step kept, for held-out points along the curve
