@@ -49,7 +49,7 @@ def measure(caps: list[tuple[int, int]], dtype: str, repeats: int, adapter: str,
     for round_ in range(repeats):
         for turns, tokens in caps:
             trainer.config.rollout.max_steps = turns
-            trainer.config.rollout.max_new_tokens = tokens
+            trainer.config.rollout.eval_max_new_tokens = tokens  # the demo's own cap is set there
             start = time.perf_counter()
             summary = trainer.evaluate()
             rows.append({"round": round_, "turns": turns, "tokens": tokens,
