@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adapter", default=str(WARM_ADAPTER))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", default="0,1,2", help="which steps' tasks to roll out")
-    parser.add_argument("--contexts", default="latent,latent-self,text,text-self",
+    parser.add_argument("--contexts", default=",".join(c for c in CONTEXTS if c != "own"),
                         help=f"comma-separated, of {', '.join(CONTEXTS)}")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="more overrides")
@@ -182,7 +182,7 @@ def _pm(pair: list[float]) -> str:
 def report(args, result: dict) -> str:
     rows = [f"| {name} | {s['rows']} ({s['successes']} / {s['failures']}) | {_pm(s['shift_success'])} | "
             f"{_pm(s['shift_failure'])} | {_pm(s['difference'])} | {_pm(s['delta'])} | "
-            f"{_pm(s.get('entropy_gap', [math.nan, math.nan]))} |"
+            f"{_pm(s['entropy_gap'])} |"
             for name, s in result["contexts"].items()]
     return "\n".join([
         "# The teacher's margin at the warm start, per privileged context", "",

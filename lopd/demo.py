@@ -155,7 +155,7 @@ def write_report(out: Path, config: Config, before: dict, after: dict, trainer, 
          f"{config.optim.group_size} rollouts, LoRA lr {config.optim.student_lr:g}, "
          f"temperature {config.rollout.temperature:g}; wall time {seconds / 60:.1f} min."), "",
         (f"| held-out ToolWorld ({before['n']} tasks{tiers}, greedy, {config.rollout.max_steps} "
-         f"turns x {config.rollout.eval_max_new_tokens or config.rollout.max_new_tokens} "
+         f"turns x {config.rollout.eval_tokens} "
          "tokens) | success | mean reward |"),
         "|---|---|---|",
         f"| warm start | {before['success']:.3f} +- {before['success_se']:.3f} | {before['reward']:.3f} |",

@@ -54,6 +54,11 @@ class RolloutConfig:
     function up to float rounding, one product per linear instead of the adapter's extra ones.
     The training forwards and the teacher are unaffected."""
 
+    @property
+    def eval_tokens(self) -> int:
+        """The held-out evaluation's token budget per turn."""
+        return self.eval_max_new_tokens or self.max_new_tokens
+
 
 @dataclass
 class _Episode:

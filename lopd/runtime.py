@@ -285,8 +285,7 @@ class Runtime:
         cfg = self.config
         backend = self.backend()
         rollout = RolloutConfig(max_steps=cfg.rollout.max_steps,
-                                max_new_tokens=(cfg.rollout.eval_max_new_tokens
-                                                or cfg.rollout.max_new_tokens),
+                                max_new_tokens=cfg.rollout.eval_tokens,
                                 max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
         trajs = evaluate_tasks(backend, self.renderer, self.eval_tasks, rollout,
                                batch_size=cfg.data.eval_batch, seed=cfg.run.seed)
