@@ -333,7 +333,8 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
             continue
         spec = eval_spec(config, "toolworld-test", str(checkpoint / "student"),
                          checkpoint / "heldout", threads, eval_batch, limit=data["heldout"]["n"])
-        held = run_eval(spec)["toolworld-test"]
+        with runner.evaluation_slot():
+            held = run_eval(spec)["toolworld-test"]
         data.setdefault("curve", []).append({
             "step": step, "rollouts": step * per_step, "n": held["n"],
             "success": held["success"], "per_task": held["per_task"]})
@@ -377,8 +378,9 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     for suite in todo:
         spec = eval_spec(config, suite, adapter, out / suite, threads, eval_batch)
         turns, tokens = spec.max_steps, spec.max_new_tokens
-        started = time.perf_counter()
-        result = run_eval(spec)[suite]
+        with runner.evaluation_slot():
+            started = time.perf_counter()
+            result = run_eval(spec)[suite]
         have[suite] = {**{k: result[k] for k in ("n", "success", "reward", "per_task")},
                        "seconds": round(time.perf_counter() - started, 1), "max_steps": turns,
                        "max_new_tokens": tokens, "cpu": cpu}
@@ -409,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=1,
                    help="runs at once, each in its own process with 2/N threads (the warm "
                         "start's evaluation runs first, alone, with 2); curve and suites "
-                        "evaluate one run at a time with 2/N threads, leaving the rest free")
+                        "evaluate one run at a time with 2/N threads, leaving the rest free; "
+                        "every process on the machine evaluates one at a time (memory)")
     p.add_argument("--set", action="append", default=[], metavar="section.field=value",
                    help="override for every run (repeatable; changes the runs' identity)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,

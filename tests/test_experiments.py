@@ -160,3 +160,36 @@ def test_an_isolated_run_stops_when_its_sweep_is_killed():
     while not _exited(child) and time.time() < deadline:
         time.sleep(0.2)
     assert _exited(child)
+
+
+def test_evaluations_take_the_machine_one_at_a_time(tmp_path, monkeypatch):
+    """A second evaluation (another process or thread) waits for the first to end."""
+    import threading
+
+    from benchmarks.experiments import runner
+
+    monkeypatch.setattr(runner, "EVAL_LOCK", tmp_path / "evaluation.lock")
+    order, first_in, release = [], threading.Event(), threading.Event()
+
+    def first():
+        with runner.evaluation_slot():
+            order.append("first in")
+            first_in.set()
+            release.wait(10)
+            order.append("first out")
+
+    def second():
+        first_in.wait(10)
+        with runner.evaluation_slot():
+            order.append("second in")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    first_in.wait(10)
+    threads[1].join(0.5)  # the second is blocked on the lock, not finished
+    assert threads[1].is_alive() and order == ["first in"]
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["first in", "first out", "second in"]

@@ -14,13 +14,19 @@
 - Teacher probe (ablations): the teacher's NLL per action token on the cold start's held-out
   examples, with the run's final context (trained composer, phi_0 when frozen, or the text
   block) - a direct read of how informative the privileged context is.
+- One evaluation at a time: every held-out evaluation (here and in ``benchmarks.learning``)
+  holds ``evaluation_slot()``, a file lock shared by every process on the machine, so runs
+  trained in parallel evaluate one after another and peak memory stays one evaluation's (a
+  100-episode batch holds ~10 GB of KV cache; two at once overran a 24 GB machine).
 - Peak memory: Linux's VmHWM after a reset through ``/proc/self/clear_refs`` (per run even
   in-process); elsewhere ``resource.getrusage`` (the process's peak so far).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import gc
 import hashlib
 import json
@@ -147,6 +153,27 @@ def seed_from_cache(cache: Path, run_dir: Path) -> None:
 
 
 # -- evaluation and probe ------------------------------------------------------------------------
+EVAL_LOCK = Path(os.environ.get("LOPD_EVAL_LOCK", "/tmp/lopd-evaluation.lock"))
+"""The file whose lock ``evaluation_slot`` holds (``LOPD_EVAL_LOCK`` moves it)."""
+
+
+@contextlib.contextmanager
+def evaluation_slot():
+    """Hold the machine's one evaluation slot (blocking): an exclusive ``flock`` on
+    ``EVAL_LOCK``, released when the block ends or the process dies."""
+    EVAL_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(EVAL_LOCK, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[runner] waiting for another process's evaluation ({EVAL_LOCK})", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def evaluate_suites(rt, suites: dict[str, int | None], seed: int = 0,
                     batch_size: int = 32) -> dict[str, dict]:
     """Greedy held-out evaluation of the run's student on each suite (same limits for all)."""
@@ -165,9 +192,10 @@ def evaluate_suites(rt, suites: dict[str, int | None], seed: int = 0,
             max_steps=400 if bfcl else cfg.rollout.max_steps,
             max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0,
             max_context_tokens=min(window, 8192) if bfcl else cfg.rollout.max_context_tokens)
-        started = time.perf_counter()
-        trajs = evaluate_tasks(backend, rt.renderer, load_suite(suite, n=n), rollout,
-                               batch_size=batch_size, seed=seed)
+        with evaluation_slot():
+            started = time.perf_counter()
+            trajs = evaluate_tasks(backend, rt.renderer, load_suite(suite, n=n), rollout,
+                                   batch_size=batch_size, seed=seed)
         out[suite] = {**summarize(trajs), "seconds": round(time.perf_counter() - started, 1),
                       "max_steps": rollout.max_steps, "max_new_tokens": rollout.max_new_tokens}
     return out
