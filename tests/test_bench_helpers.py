@@ -1,11 +1,14 @@
 """The pure helpers of the diagnostic benchmarks: the demo evaluation's cap parser and the
-teacher-margin summary (hand-worked values), so their reports cannot silently misread input."""
+teacher-margin summary and the held-out fragility probe (hand-worked values), so their reports
+cannot silently misread input."""
 
 import math
 
 import pytest
+import torch
 
 from benchmarks.bench_demo_eval import parse_caps
+from benchmarks.heldout_fragility import decisions, is_distillation
 from benchmarks.teacher_privilege import CONTEXTS, summarize
 
 
@@ -54,3 +57,32 @@ def test_entropy_gap_summary_and_hand_worked_entropy():
     assert entropy(torch.tensor([[0.0, -1e4]])).item() == pytest.approx(0.0, abs=1e-6)
     s = summarize([(1.0, 0.1, 0.5), (-1.0, 0.0, 0.3)])
     assert s["entropy_gap"][0] == pytest.approx(0.4)
+
+
+class _FixedLogits(torch.nn.Module):
+    """A 'policy' whose next-token logits at each position are given."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = torch.tensor([logits], dtype=torch.float32)
+
+    def forward(self, input_ids):
+        return type("Out", (), {"logits": self.logits})()
+
+
+def test_decisions_read_the_sampled_tokens_and_their_best_rival():
+    # three positions over a vocabulary of 3; tokens 1 and 2 are sampled, token 0 is a prompt
+    policy = _FixedLogits([[0.0, 2.0, 0.0], [1.0, 1.0, math.log(2.0)], [0.0, 0.0, 0.0]])
+    traj = type("Traj", (), {"input_ids": [0, 1, 0], "action_mask": [0, 1, 1]})()
+    chosen, rival = decisions(policy, traj, autocast=False)
+    z0 = math.log(math.exp(2.0) + 2.0)  # position 0 predicts token 1 (logit 2) against two 0s
+    z1 = math.log(2 * math.e + 2.0)  # position 1 predicts token 0 (logit 1) against 1 and log 2
+    assert chosen.tolist() == pytest.approx([2.0 - z0, 1.0 - z1])
+    assert rival.tolist() == pytest.approx([0.0 - z0, 1.0 - z1])  # a tie at the second decision
+
+
+def test_distillation_runs_are_told_by_their_method_prefix():
+    assert is_distillation("sdpo-lr5e-5-t0.7-tier1-g8-s0")
+    assert is_distillation("skill-sd-lr5e-4-t0.7-tier1-g8-s1")
+    assert not is_distillation("grpo-lr5e-4-t0.7-tier1-g8-s0")
+    assert not is_distillation("lopd-lr5e-4-t0.7-tier1-g8-s1")
