@@ -193,3 +193,17 @@ def test_evaluations_take_the_machine_one_at_a_time(tmp_path, monkeypatch):
     for thread in threads:
         thread.join(10)
     assert order == ["first in", "first out", "second in"]
+
+
+def test_the_cold_start_cache_key_ignores_what_the_cold_start_does_not_read():
+    """Evaluation budgets, the margin, the context form and threads leave the bank seeding and
+    the composer's cold start unchanged, so runs differing only there share one cold start;
+    K changes it."""
+    from benchmarks.experiments.runner import cache_key
+
+    base = ["method.name=lopd", "run.seed=1"]
+    key = cache_key(load_config(None, base))
+    for extra in ("rollout.eval_max_new_tokens=64", "method.margin=0", "method.context=text",
+                  "run.threads=1", "rollout.max_new_tokens=64", "method.freeze_composer=true"):
+        assert cache_key(load_config(None, [*base, extra])) == key, extra
+    assert cache_key(load_config(None, [*base, "method.latent_tokens=8"])) != key
