@@ -79,6 +79,13 @@ def by_variant(summaries: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return variants
 
 
+def train_seconds(run: dict) -> float:
+    """Seconds the run's steps took, summed over every process that trained it (a resumed
+    run's last process alone trains no step); the process's own clock where steps lack it."""
+    return sum(step.get("time/total", 0.0) for step in run["steps"]) or run["timing"].get(
+        "train_s", 0.0)
+
+
 def report_lines(summaries: list[dict]) -> list[str]:
     warms = warm_starts(summaries)
     lines = [("| variant | seed | rollouts | held-out success (n) +- SE | gain over warm start +- "
@@ -94,7 +101,7 @@ def report_lines(summaries: list[dict]) -> list[str]:
             lines.append(
                 f"| {run['label']} [w {fingerprint}] | {run['seed']} | {run['rollouts']} | "
                 f"{h['success']:.3f} ({h['n']}) +- {_se(h):.3f} | {gain} | {_mean(tail):.3f} | "
-                f"{run['timing'].get('train_s', 0):.0f} | {h.get('seconds', 0):.0f} |")
+                f"{train_seconds(run):.0f} | {h.get('seconds', 0):.0f} |")
         if len(runs) > 1 and name != WARM and base:
             per_task = pooled(runs)
             gain, se, n = paired(per_task, base)
@@ -280,7 +287,8 @@ def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tupl
             "`benchmarks/results/learning/`. Held-out: greedy, `toolworld-test`, 6 turns of at "
             "most 96 tokens. SE: the standard error of a success rate over its tasks; the gain "
             "is paired (the same tasks before and after) and its SE is that of the per-task "
-            "differences."), "", "Shared settings: `" + " ".join(shared) + "`.", "",
+            "differences. Train s: the sum of the run's step times, over every process that "
+            "trained it (a resumed run included)."), "", "Shared settings: `" + " ".join(shared) + "`.", "",
             *report_lines(summaries), "", *control_lines(summaries), *curve_lines(summaries),
             *efficiency, *method_table_lines(summaries, suites), *tier_lines(summaries),
             "![learning curves](learning.png)", "",

@@ -277,3 +277,11 @@ def test_suite_points_evaluate_the_final_student_on_missing_suites(tmp_path, mon
                                 "overrides": overrides}))
     with pytest.raises(SystemExit, match="final checkpoint"):
         learning.suite_points(gone, ["humaneval"], 1, 8)
+
+
+def test_train_seconds_count_every_process_that_trained_the_run():
+    from benchmarks.learning_report import train_seconds
+
+    resumed = {"steps": [{"time/total": 100.0}, {"time/total": 50.5}], "timing": {"train_s": 0.1}}
+    assert train_seconds(resumed) == pytest.approx(150.5)  # the last process trained no step
+    assert train_seconds({"steps": [], "timing": {"train_s": 7.0}}) == 7.0
