@@ -346,7 +346,8 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
 
 def write_report() -> Path:
     """Rewrite `learning.md` and its plots from every committed summary."""
-    return _write_report(RESULTS, OUT, SHARED, SUITES, COMPARISONS)
+    return _write_report(RESULTS, OUT, SHARED, SUITES, COMPARISONS,
+                         tuple(f"{method}-{SETTING}" for method in METHOD_LABELS))
 
 
 def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -> int:

@@ -164,12 +164,15 @@ def tier_lines(summaries: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
-def method_table_lines(summaries: list[dict], suites: tuple[str, ...]) -> list[str]:
-    """Every variant evaluated beyond held-out ToolWorld, seeds pooled: success (n) +- SE and
-    the paired gain over its warm start, per suite."""
+def method_table_lines(summaries: list[dict], suites: tuple[str, ...],
+                       rows: tuple[str, ...] = ()) -> list[str]:
+    """Every variant evaluated beyond held-out ToolWorld, and every variant named in ``rows``
+    (the table's methods, "-" where a suite is not evaluated yet), seeds pooled: success (n)
+    +- SE and the paired gain over its warm start, per suite."""
     warms = warm_starts(summaries)
     wanted = [(key, runs) for key, runs in by_variant(summaries).items()
-              if any(suite_result(r, s) for r in runs for s in suites if s != HELDOUT)]
+              if key[0] in rows
+              or any(suite_result(r, s) for r in runs for s in suites if s != HELDOUT)]
     if not wanted:
         return []
     lines = [("Method table (seeds pooled; each cell: success (tasks) +- SE, then the paired gain "
@@ -276,7 +279,7 @@ def control_lines(summaries: list[dict]) -> list[str]:
 
 
 def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tuple[str, ...],
-                 comparisons: dict[str, tuple[str, ...]]) -> Path:
+                 comparisons: dict[str, tuple[str, ...]], table_rows: tuple[str, ...] = ()) -> Path:
     """Rewrite ``results/learning.md`` and its two plots from the summaries in ``out``."""
     summaries = load_summaries(out)
     cpus = sorted({s["cpu"] for s in summaries})
@@ -290,7 +293,7 @@ def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tupl
             "differences. Train s: the sum of the run's step times, over every process that "
             "trained it (a resumed run included)."), "", "Shared settings: `" + " ".join(shared) + "`.", "",
             *report_lines(summaries), "", *control_lines(summaries), *curve_lines(summaries),
-            *efficiency, *method_table_lines(summaries, suites), *tier_lines(summaries),
+            *efficiency, *method_table_lines(summaries, suites, table_rows), *tier_lines(summaries),
             "![learning curves](learning.png)", "",
             "![efficiency: mean over seeds, band = the seeds' spread](learning_efficiency.png)",
             "", "CPU: " + " | ".join(cpus), ""]

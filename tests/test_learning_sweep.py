@@ -238,6 +238,10 @@ def test_method_table_pools_seeds_per_suite_and_pairs_with_the_warm_start():
     assert lines[5] == ("| grpo [w w] | 0,1 | 32 | 1.000 (2) +- 0.000; +0.500 +- 0.500 | "
                         "0.750 (2) +- 0.250; +0.250 +- 0.750 |")
     assert lr.method_table_lines([warm], ("toolworld-test",)) == []  # nothing beyond held-out
+    # a table method with held-out ToolWorld only still gets its row, "-" for the rest
+    lopd = _summary("lopd", 0, 32, {"a": 0.0, "b": 1.0})
+    lines = lr.method_table_lines([warm, *runs, lopd], ("toolworld-test", "humaneval"), ("lopd",))
+    assert lines[6] == "| lopd [w w] | 0 | 32 | 0.500 (2) +- 0.500; +0.000 +- 0.000 | - |"
 
 
 def test_suite_points_evaluate_the_final_student_on_missing_suites(tmp_path, monkeypatch):
