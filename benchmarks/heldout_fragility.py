@@ -25,6 +25,7 @@ Writes ``benchmarks/results/heldout_fragility.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import statistics
@@ -43,10 +44,15 @@ NEAR_TIE = 0.1
 """Nats: a decision at most this far from its runner-up counts as a near-tie."""
 
 
+@functools.cache
+def warm_fingerprint() -> str:
+    """The committed warm start's fingerprint (hashing its weights once per process)."""
+    return adapter_fingerprint(str(WARM_ADAPTER))
+
+
 def committed_solved(bf16: bool) -> list[str]:
     """Held-out tasks the committed warm-start evaluation with these numerics solved."""
-    data = json.loads((OUT / f"warm-start-s0-w{adapter_fingerprint(str(WARM_ADAPTER))}.json")
-                      .read_text())
+    data = json.loads((OUT / f"warm-start-s0-w{warm_fingerprint()}.json").read_text())
     per_task = data["suites"]["toolworld-test"]["per_task"] if bf16 else data["heldout"]["per_task"]
     return sorted(t for t, v in per_task.items() if v == 1.0)
 
@@ -58,7 +64,7 @@ def is_distillation(run: str) -> bool:
 
 def lost_by(tasks: list[str]) -> dict[str, list[str]]:
     """task -> names of the committed runs (this warm start) that fail it."""
-    warm = adapter_fingerprint(str(WARM_ADAPTER))
+    warm = warm_fingerprint()
     out: dict[str, list[str]] = {t: [] for t in tasks}
     for path in sorted(OUT.glob(f"*-w{warm}.json")):
         data = json.loads(path.read_text())
@@ -87,8 +93,7 @@ def decisions(policy, trajectory, autocast: bool) -> tuple[torch.Tensor, torch.T
 def student_dir(name: str) -> Path:
     """``VARIANT-sSEED@STEP`` -> that run's checkpoint's student adapter."""
     run, step = name.split("@")
-    warm = adapter_fingerprint(str(WARM_ADAPTER))
-    path = RUNS / f"{run}-w{warm}" / "checkpoints" / f"step-{int(step):06d}" / "student"
+    path = RUNS / f"{run}-w{warm_fingerprint()}" / "checkpoints" / f"step-{int(step):06d}" / "student"
     if not path.is_dir():
         raise SystemExit(f"{name}: no student adapter at {path}")
     return path
@@ -112,7 +117,8 @@ def measure(args) -> dict:
     (backend, renderer, _), _ = _policy_backend(spec)
     autocast = backend.autocast
     solved = committed_solved(resolve_dtype("auto") == "bf16-autocast")
-    tasks = [t for t in load_suite("toolworld-test") if t.id in set(solved)]
+    wanted = set(solved)
+    tasks = [t for t in load_suite("toolworld-test") if t.id in wanted]
     rollout = RolloutConfig(max_steps=args.turns, max_new_tokens=args.tokens, temperature=0.0)
     started = time.perf_counter()
     trajs = evaluate_tasks(backend, renderer, tasks, rollout, batch_size=len(tasks), seed=0)
