@@ -404,8 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=str(RUNS), help="run directories root")
     p.add_argument("--checkpoint-every", type=int, default=8)
     p.add_argument("--eval-batch", type=int, default=100,
-                   help="held-out episodes generated together (100 hold ~11 GB; use 25, ~2.5 "
-                        "GB, while another run trains on a 24 GB machine)")
+                   help="held-out episodes generated together (a run evaluating 100 at once "
+                        "reached 13 GB, one evaluating 25 2.4 GB; use 25 while another run "
+                        "trains on a 24 GB machine)")
     p.add_argument("--suites", default=None,
                    help=f"suites: which (default {','.join(SUITES)}); run: evaluate each "
                         "finished run on these too (default: none beyond held-out ToolWorld)")

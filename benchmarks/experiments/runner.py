@@ -17,7 +17,7 @@
 - One evaluation at a time: every held-out evaluation (here and in ``benchmarks.learning``)
   holds ``evaluation_slot()``, a file lock shared by every process on the machine, so runs
   trained in parallel evaluate one after another and peak memory stays one evaluation's (a
-  100-episode batch holds ~10 GB of KV cache; two at once overran a 24 GB machine).
+  run evaluating 100 episodes at once reached 13 GB; two at once overran a 24 GB machine).
 - Peak memory: Linux's VmHWM after a reset through ``/proc/self/clear_refs`` (per run even
   in-process); elsewhere ``resource.getrusage`` (the process's peak so far).
 """
