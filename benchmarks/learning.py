@@ -215,10 +215,14 @@ def _method(overrides: tuple[str, ...]) -> str:
     return next((o.split("=", 1)[1] for o in overrides if o.startswith("method.name=")), "lopd")
 
 
+STEP_KEYS = ("step", "rollouts", "reward", "time/total", "delta", "beta", "distill")
+"""What a summary keeps of each training step (Delta and beta: what LOPD's ablations act on)."""
+
+
 def summary(job: Job, result: dict, cpu: str) -> dict:
     """What the report needs from a finished run (the run directory is not committed)."""
     held = result["eval"]["toolworld-test"]
-    steps = [{k: r[k] for k in ("step", "rollouts", "reward", "time/total") if k in r}
+    steps = [{k: r[k] for k in STEP_KEYS if k in r}
              for r in result["metrics"]]
     return {
         "name": job.name, "seed": job.seed, "method": job.method,
@@ -347,7 +351,9 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
 def write_report() -> Path:
     """Rewrite `learning.md` and its plots from every committed summary."""
     return _write_report(RESULTS, OUT, SHARED, SUITES, COMPARISONS,
-                         tuple(f"{method}-{SETTING}" for method in METHOD_LABELS))
+                         tuple(f"{method}-{SETTING}" for method in METHOD_LABELS),
+                         (f"lopd-{SETTING}", {f"lopd-{SETTING}-{key}": label
+                                              for key, (label, _) in ABLATIONS.items()}))
 
 
 def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -> int:

@@ -10,6 +10,8 @@ run); nothing here trains or evaluates. The sections:
 - held-out points along the budget (`curve`) and by difficulty tier;
 - the method table: every variant pooled over its seeds on each evaluated suite (held-out
   ToolWorld, the transfer domain, HumanEval), each with its paired gain over the warm start;
+- the ablations: each LOPD ablation against LOPD itself at the same seed and budget, paired
+  on the same held-out tasks, with what the ablation acts on (the privilege Delta, beta);
 - efficiency: for each method against the reference (GRPO at the same setting), the share of
   the reference's budget at which the method first reaches the reference's final held-out
   success, and its final smoothed train reward;
@@ -264,6 +266,54 @@ def efficiency_lines(summaries: list[dict], reference: str, others: tuple[str, .
     return lines
 
 
+def _point_at(run: dict, rollouts: int) -> dict | None:
+    """A run's held-out point after ``rollouts`` (a curve checkpoint or its end), if evaluated."""
+    return next((p for p in heldout_points(run, None) if p["rollouts"] == rollouts), None)
+
+
+def _mechanism(run: dict, rollouts: int) -> str:
+    """Mean privilege Delta over the steps up to ``rollouts`` and beta after them ("-" for a
+    summary written before steps kept them)."""
+    steps = [s for s in run["steps"] if s["rollouts"] <= rollouts and "delta" in s]
+    if not steps:
+        return "- | -"
+    return f"{_mean(s['delta'] for s in steps):.3f} | {steps[-1]['beta']:.3f}"
+
+
+def ablation_lines(summaries: list[dict], base: str, ablations: dict[str, str]) -> list[str]:
+    """Each ablation run (``ablations``: variant -> what it changes) against the ``base``
+    variant's run of the same seed at every budget both were evaluated at: both held-out
+    successes, the paired difference (ablation - base) on the same tasks, the ablation's gain
+    over the warm start, and the mean Delta and final beta of each."""
+    warms = warm_starts(summaries)
+    bases = {(fingerprint_of(s), s["seed"]): s for s in summaries if s["name"] == base}
+    lines = [("Ablations: each against LOPD at the same seed and budget (held-out success on "
+              "the same tasks; difference = ablation - LOPD +- paired SE; Delta: mean over the "
+              "steps, beta: after the last):"), "",
+             ("| ablation | seed | rollouts | held-out | LOPD | difference | ablation's gain over "
+              "the warm start | Delta | beta | LOPD's Delta | LOPD's beta |"),
+             "|" + "---|" * 11]
+    rows = 0
+    for run in summaries:
+        what = ablations.get(run["name"])
+        reference = bases.get((fingerprint_of(run), run["seed"]))
+        warm = warms.get(fingerprint_of(run))
+        if what is None or reference is None or warm is None:
+            continue
+        for point in heldout_points(run, None):
+            other = _point_at(reference, point["rollouts"])
+            if other is None:
+                continue
+            diff, se, _ = paired(point["per_task"], other["per_task"])
+            gain, gain_se, _ = paired(point["per_task"], warm["heldout"]["per_task"])
+            lines.append(
+                f"| {what} | {run['seed']} | {point['rollouts']} | {point['success']:.3f} | "
+                f"{other['success']:.3f} | {diff:+.3f} +- {se:.3f} | {gain:+.3f} +- {gain_se:.3f} | "
+                f"{_mechanism(run, point['rollouts'])} | {_mechanism(reference, point['rollouts'])} |")
+            rows += 1
+    return [*lines, ""] if rows else []
+
+
 def control_lines(summaries: list[dict]) -> list[str]:
     """The warm start re-evaluated on held-out ToolWorld on another machine: how much the
     numerics (fp32 vs bf16 autocast) move the starting point every gain is paired with."""
@@ -279,7 +329,8 @@ def control_lines(summaries: list[dict]) -> list[str]:
 
 
 def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tuple[str, ...],
-                 comparisons: dict[str, tuple[str, ...]], table_rows: tuple[str, ...] = ()) -> Path:
+                 comparisons: dict[str, tuple[str, ...]], table_rows: tuple[str, ...] = (),
+                 ablations: tuple[str, dict[str, str]] | None = None) -> Path:
     """Rewrite ``results/learning.md`` and its two plots from the summaries in ``out``."""
     summaries = load_summaries(out)
     cpus = sorted({s["cpu"] for s in summaries})
@@ -293,7 +344,8 @@ def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tupl
             "differences. Train s: the sum of the run's step times, over every process that "
             "trained it (a resumed run included)."), "", "Shared settings: `" + " ".join(shared) + "`.", "",
             *report_lines(summaries), "", *control_lines(summaries), *curve_lines(summaries),
-            *efficiency, *method_table_lines(summaries, suites, table_rows), *tier_lines(summaries),
+            *efficiency, *method_table_lines(summaries, suites, table_rows),
+            *(ablation_lines(summaries, *ablations) if ablations else []), *tier_lines(summaries),
             "![learning curves](learning.png)", "",
             "![efficiency: mean over seeds, band = the seeds' spread](learning_efficiency.png)",
             "", "CPU: " + " | ".join(cpus), ""]

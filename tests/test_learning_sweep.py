@@ -289,3 +289,27 @@ def test_train_seconds_count_every_process_that_trained_the_run():
     resumed = {"steps": [{"time/total": 100.0}, {"time/total": 50.5}], "timing": {"train_s": 0.1}}
     assert train_seconds(resumed) == pytest.approx(150.5)  # the last process trained no step
     assert train_seconds({"steps": [], "timing": {"train_s": 7.0}}) == 7.0
+
+
+def test_ablations_pair_with_lopd_of_the_same_seed_at_each_shared_budget():
+    from benchmarks import learning_report as lr
+
+    warm = _summary(lr.WARM, 0, 0, {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0})
+    lopd = _summary("lopd", 1, 96, {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0},
+                    curve=[(32, {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0})])
+    lopd["steps"] = [{"rollouts": 32 * (i + 1), "delta": d, "beta": b}
+                     for i, (d, b) in enumerate([(0.02, 0.03), (0.04, 0.04), (0.0, 0.09)])]
+    # the ablation, evaluated at 32 and 96 rollouts; another seed has no LOPD to pair with
+    m0 = _summary("m0", 1, 96, {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0},
+                  curve=[(32, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0})])
+    unpaired = _summary("m0", 2, 96, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0})
+    lines = lr.ablation_lines([warm, lopd, m0, unpaired], "lopd", {"m0": "m = 0"})
+    rows = [line for line in lines if line.startswith("| m = 0")]
+    # 32: (1,1,1,0) vs (0,1,0,0): diffs (1,0,1,0) -> +0.500 +- 0.289; vs warm the same
+    assert rows[0] == ("| m = 0 | 1 | 32 | 0.750 | 0.250 | +0.500 +- 0.289 | +0.500 +- 0.289 | "
+                       "- | - | 0.020 | 0.030 |")
+    # 96: (0,0,0,0) vs (1,1,0,0): diffs (-1,-1,0,0) -> -0.500 +- 0.289; vs warm (0,-1,0,0)
+    assert rows[1] == ("| m = 0 | 1 | 96 | 0.000 | 0.500 | -0.500 +- 0.289 | -0.250 +- 0.250 | "
+                       "- | - | 0.020 | 0.090 |")
+    assert len(rows) == 2
+    assert lr.ablation_lines([warm, lopd], "lopd", {"m0": "m = 0"}) == []
