@@ -412,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-batch", type=int, default=100,
                    help="held-out episodes generated together (a run evaluating 100 at once "
                         "reached 13 GB, one evaluating 25 2.4 GB; use 25 while another run "
-                        "trains on a 24 GB machine)")
+                        "trains on a 24 GB machine; then LOPD_EVAL_SLOTS=2 lets two processes "
+                        "evaluate at once)")
     p.add_argument("--suites", default=None,
                    help=f"suites: which (default {','.join(SUITES)}); run: evaluate each "
                         "finished run on these too (default: none beyond held-out ToolWorld)")

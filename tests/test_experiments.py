@@ -162,6 +162,41 @@ def test_an_isolated_run_stops_when_its_sweep_is_killed():
     assert _exited(child)
 
 
+def test_evaluation_slots_let_that_many_in_and_make_the_next_wait(tmp_path, monkeypatch):
+    import threading
+
+    from benchmarks.experiments import runner
+
+    monkeypatch.setattr(runner, "EVAL_LOCK", tmp_path / "evaluation.lock")
+    inside, release, third_in = [], threading.Event(), threading.Event()
+
+    def hold():
+        with runner.evaluation_slot(2):
+            inside.append(1)
+            release.wait(10)
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for thread in holders:
+        thread.start()
+    for _ in range(100):
+        if len(inside) == 2:
+            break
+        threading.Event().wait(0.05)
+    assert len(inside) == 2  # two slots: both in at once
+
+    def third():
+        with runner.evaluation_slot(2):
+            third_in.set()
+
+    waiter = threading.Thread(target=third)
+    waiter.start()
+    assert not third_in.wait(1.0)  # both slots held: the third waits
+    release.set()
+    assert third_in.wait(10)
+    for thread in [*holders, waiter]:
+        thread.join(10)
+
+
 def test_evaluations_take_the_machine_one_at_a_time(tmp_path, monkeypatch):
     """A second evaluation (another process or thread) waits for the first to end."""
     import threading
