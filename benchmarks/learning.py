@@ -162,6 +162,12 @@ VARIANTS["sdpo-lr5e-5-t0.7-tier1-g8"] = (
     f"SDPO, {SETTING_LABEL.replace('lr 5e-4', 'lr 5e-5 (a tenth)')}",
     setting_overrides("sdpo", lr="5e-5"))
 """Step-size control for the distillation rows that end below the warm start (RESULTS.md)."""
+VARIANTS.update({f"grpo-{SETTING}-{tag}": (f"GRPO, {SETTING_LABEL}, {label}",
+                                           (*setting_overrides("grpo"), f"model.dtype={dtype}"))
+                 for tag, label, dtype in (("fp32", "fp32 throughout", "fp32"),
+                                           ("bf16", "bf16 autocast", "bf16-autocast"))})
+"""Numerics control: ``dtype auto`` trains in fp32 on a CPU without fast bf16 and in bf16
+autocast on one with it, so a seed's result may depend on the machine (RESULTS.md)."""
 VARIANTS.update({f"lopd-{SETTING}-{key}": (f"LOPD, {SETTING_LABEL}, {label}",
                                            (*setting_overrides("lopd"), *extra))
                  for key, (label, extra) in ABLATIONS.items()})
@@ -395,6 +401,14 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     return len(todo)
 
 
+def _summaries_of(names: set[str], seeds: str | None) -> list[Path]:
+    """The committed summaries of the variants ``names`` (only of ``seeds`` if given)."""
+    wanted_seeds = {int(s) for s in seeds.split(",")} if seeds else None
+    return [path for path in sorted(OUT.glob("*.json"))
+            if (data := json.loads(path.read_text()))["name"] in names
+            and (wanted_seeds is None or data["seed"] in wanted_seeds)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["run", "curve", "suites", "report", "list"],
@@ -402,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                         "suites: evaluate finished runs (and the warm start) on --suites; "
                         "report: rewrite learning.md/png; list: the variants")
     p.add_argument("--variants", default="grpo-lr1e-3", help="comma-separated (see `list`)")
-    p.add_argument("--seeds", default="0", help="comma-separated training seeds")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated training seeds (run: default 0; curve and suites: "
+                        "default every seed with a summary)")
     p.add_argument("--steps", type=int, default=24, help="training steps (32 rollouts each)")
     p.add_argument("--eval-tasks", type=int, default=0, help="held-out tasks (0 = all 200)")
     p.add_argument("--init-adapter", default=str(WARM_ADAPTER.relative_to(REPO)),
@@ -438,28 +454,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "curve":
         wanted = set(args.variants.split(","))
         at = {int(step) for step in args.at.split(",") if step}
-        for path in sorted(OUT.glob("*.json")):
-            if json.loads(path.read_text())["name"] in wanted:
-                print(f"[learning] {path.stem}: {curve_points(path, max(1, 2 // args.parallel), args.eval_batch, at)} new points")
-                with _lock:
-                    write_report()
+        for path in _summaries_of(wanted, args.seeds):
+            print(f"[learning] {path.stem}: {curve_points(path, max(1, 2 // args.parallel), args.eval_batch, at)} new points")
+            with _lock:
+                write_report()
         return 0
     if args.command == "suites":
         wanted = set(args.variants.split(","))
         suites = (args.suites or ",".join(SUITES)).split(",")
-        for path in sorted(OUT.glob("*.json")):
-            if json.loads(path.read_text())["name"] in wanted:
-                print(f"[learning] {path.stem}: {suite_points(path, suites, max(1, 2 // args.parallel), args.eval_batch)} "
-                      "new suites")
-                with _lock:
-                    write_report()
+        for path in _summaries_of(wanted, args.seeds):
+            print(f"[learning] {path.stem}: {suite_points(path, suites, max(1, 2 // args.parallel), args.eval_batch)} "
+                  "new suites")
+            with _lock:
+                write_report()
         return 0
     threads = max(1, 2 // args.parallel)
     names = [WARM, *(n for n in args.variants.split(",") if n)]  # "": the warm start only
     unknown = [n for n in names[1:] if n not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; see `list`")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = [int(s) for s in (args.seeds or "0").split(",")]
     jobs = [job(WARM, 0, 0, args, 2)] + [job(n, s, args.steps, args, threads)
                                          for n in names[1:] for s in seeds]
     from benchmarks.bench_throughput import cpu_line
