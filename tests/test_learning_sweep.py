@@ -313,3 +313,13 @@ def test_ablations_pair_with_lopd_of_the_same_seed_at_each_shared_budget():
                        "- | - | 0.020 | 0.090 |")
     assert len(rows) == 2
     assert lr.ablation_lines([warm, lopd], "lopd", {"m0": "m = 0"}) == []
+
+
+def test_curve_and_suites_pick_summaries_by_variant_and_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(learning, "OUT", tmp_path)
+    for name, seed in (("grpo", 0), ("grpo", 2), ("lopd", 2)):
+        (tmp_path / f"{name}-s{seed}-ww.json").write_text(json.dumps({"name": name, "seed": seed}))
+    assert [p.name for p in learning._summaries_of({"grpo"}, None)] == ["grpo-s0-ww.json",
+                                                                       "grpo-s2-ww.json"]
+    assert [p.name for p in learning._summaries_of({"grpo"}, "2")] == ["grpo-s2-ww.json"]
+    assert learning._summaries_of({"grpo"}, "1") == []
