@@ -266,11 +266,6 @@ def efficiency_lines(summaries: list[dict], reference: str, others: tuple[str, .
     return lines
 
 
-def _point_at(run: dict, rollouts: int) -> dict | None:
-    """A run's held-out point after ``rollouts`` (a curve checkpoint or its end), if evaluated."""
-    return next((p for p in heldout_points(run, None) if p["rollouts"] == rollouts), None)
-
-
 def _mechanism(run: dict, rollouts: int) -> str:
     """Mean privilege Delta over the steps up to ``rollouts`` and beta after them ("-" for a
     summary written before steps kept them)."""
@@ -293,15 +288,16 @@ def ablation_lines(summaries: list[dict], base: str, ablations: dict[str, str]) 
              ("| ablation | seed | rollouts | held-out | LOPD | difference | ablation's gain over "
               "the warm start | Delta | beta | LOPD's Delta | LOPD's beta |"),
              "|" + "---|" * 11]
-    rows = 0
+    header = len(lines)
     for run in summaries:
         what = ablations.get(run["name"])
         reference = bases.get((fingerprint_of(run), run["seed"]))
         warm = warms.get(fingerprint_of(run))
         if what is None or reference is None or warm is None:
             continue
+        at = {p["rollouts"]: p for p in heldout_points(reference, None)}
         for point in heldout_points(run, None):
-            other = _point_at(reference, point["rollouts"])
+            other = at.get(point["rollouts"])
             if other is None:
                 continue
             diff, se, _ = paired(point["per_task"], other["per_task"])
@@ -310,8 +306,7 @@ def ablation_lines(summaries: list[dict], base: str, ablations: dict[str, str]) 
                 f"| {what} | {run['seed']} | {point['rollouts']} | {point['success']:.3f} | "
                 f"{other['success']:.3f} | {diff:+.3f} +- {se:.3f} | {gain:+.3f} +- {gain_se:.3f} | "
                 f"{_mechanism(run, point['rollouts'])} | {_mechanism(reference, point['rollouts'])} |")
-            rows += 1
-    return [*lines, ""] if rows else []
+    return [*lines, ""] if len(lines) > header else []
 
 
 def control_lines(summaries: list[dict]) -> list[str]:
