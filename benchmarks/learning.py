@@ -162,14 +162,23 @@ VARIANTS["sdpo-lr5e-5-t0.7-tier1-g8"] = (
     f"SDPO, {SETTING_LABEL.replace('lr 5e-4', 'lr 5e-5 (a tenth)')}",
     setting_overrides("sdpo", lr="5e-5"))
 """Step-size control for the distillation rows that end below the warm start (RESULTS.md)."""
-VARIANTS.update({f"grpo-{SETTING}-{tag}": (f"GRPO, {SETTING_LABEL}, {label}",
-                                           (*setting_overrides("grpo"), f"model.dtype={dtype}"))
-                 for tag, label, dtype in (("fp32", "fp32 throughout", "fp32"),
-                                           ("bf16", "bf16 autocast", "bf16-autocast"))})
-"""Numerics control: ``dtype auto`` trains in fp32 on a CPU without fast bf16 and in bf16
-autocast on one with it, so a seed's result may depend on the machine (RESULTS.md)."""
+FP32 = "fp32"
+"""Suffix of the variants pinned to fp32 (``model.dtype=fp32``). ``dtype auto`` trains in fp32
+on a CPU without native bf16 and in bf16 autocast on one with it, so these are the numerics
+twins of runs made on the latter: the same seed, so the same tasks (RESULTS.md;
+``benchmarks/bench_dtype.py`` measures how far the two numerics move the policy)."""
+VARIANTS.update({f"{m}-{SETTING}-{FP32}": (f"{label}, {SETTING_LABEL}, fp32 throughout",
+                                           (*setting_overrides(m), "model.dtype=fp32"))
+                 for m, label in METHOD_LABELS.items()})
+VARIANTS[f"grpo-{SETTING}-bf16"] = (f"GRPO, {SETTING_LABEL}, bf16 autocast",
+                                    (*setting_overrides("grpo"), "model.dtype=bf16-autocast"))
+"""Numerics control: the same tasks as an fp32 seed, trained in bf16 autocast."""
 VARIANTS.update({f"lopd-{SETTING}-{key}": (f"LOPD, {SETTING_LABEL}, {label}",
                                            (*setting_overrides("lopd"), *extra))
+                 for key, (label, extra) in ABLATIONS.items()})
+VARIANTS.update({f"lopd-{SETTING}-{FP32}-{key}": (f"LOPD, {SETTING_LABEL}, fp32, {label}",
+                                                  (*setting_overrides("lopd"), "model.dtype=fp32",
+                                                   *extra))
                  for key, (label, extra) in ABLATIONS.items()})
 
 SUITES = ("toolworld-test", "toolworld-transfer", "humaneval")

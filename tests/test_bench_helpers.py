@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks.bench_demo_eval import parse_caps
+from benchmarks.bench_dtype import _run_name, linear_call_times
 from benchmarks.heldout_fragility import decisions, is_distillation
 from benchmarks.teacher_privilege import CONTEXTS, summarize
 
@@ -86,3 +87,12 @@ def test_distillation_runs_are_told_by_their_method_prefix():
     assert is_distillation("skill-sd-lr5e-4-t0.7-tier1-g8-s1")
     assert not is_distillation("grpo-lr5e-4-t0.7-tier1-g8-s0")
     assert not is_distillation("lopd-lr5e-4-t0.7-tier1-g8-s1")
+
+
+def test_dtype_bench_names_runs_and_times_every_way():
+    adapter = "runs/learning/grpo-x-s2-wabc/checkpoints/step-000024/student"
+    assert _run_name(adapter) == "grpo-x-s2-wabc/step-000024"
+    assert _run_name("my/adapter") == "my/adapter"
+    times = linear_call_times(rows=2, calls=2)
+    assert set(times) == {"fp32", "bf16 autocast", "bf16 weights"}
+    assert all(value >= 0 for value in times.values())
