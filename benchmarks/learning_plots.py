@@ -79,7 +79,7 @@ def plot_efficiency(summaries: list[dict], png: Path, names: set[str]) -> None:
         warm = warms.get(fingerprint)
         points = pooled_points(runs, warm)
         spread = []
-        for rollouts, mean, _ in points[:-1]:
+        for rollouts, mean, *_ in points[:-1]:
             values = [p["success"] for r in runs for p in heldout_points(r, warm)
                       if p["rollouts"] == rollouts]
             spread.append((mean - min(values), max(values) - mean))

@@ -202,13 +202,23 @@ def method_table_lines(summaries: list[dict], suites: tuple[str, ...],
     return [*lines, ""]
 
 
-def pooled_points(runs: list[dict], warm: dict | None) -> list[tuple[int, float, int]]:
-    """(rollouts, held-out success averaged over the seeds with a point there, seeds)."""
-    at: dict[int, list[float]] = {}
+def pooled_points(runs: list[dict], warm: dict | None) -> list[tuple[int, float, int, float]]:
+    """(rollouts, held-out success averaged over the seeds with a point there, those seeds, the
+    SE over tasks of that average's per-task successes)."""
+    at: dict[int, list[dict]] = {}
     for run in runs:
         for point in heldout_points(run, warm):
-            at.setdefault(point["rollouts"], []).append(point["success"])
-    return [(r, _mean(v), len(v)) for r, v in sorted(at.items())]
+            at.setdefault(point["rollouts"], []).append(point)
+    rows = []
+    for rollouts, points in sorted(at.items()):
+        per_task = pooled([{"heldout": p} for p in points])
+        rows.append((rollouts, _mean(p["success"] for p in points), len(points),
+                     standard_error(list(per_task.values()))))
+    return rows
+
+
+def _points_cell(points) -> str:
+    return "; ".join(f"{r}: {v:.3f} +- {se:.3f} ({n})" for r, v, n, se in points)
 
 
 def smoothed(rewards: list[float], window: int = SMOOTH) -> list[float]:
@@ -247,15 +257,19 @@ def efficiency_lines(summaries: list[dict], reference: str, others: tuple[str, .
                   f"{','.join(str(r['seed']) for r in ref_runs)}; final held-out success "
                   f"{ref_held[1]:.3f}, final train reward, moving mean of {SMOOTH} steps, "
                   f"{ref_train[1]:.3f}, at {budget} rollouts):"), "",
-                  ("| variant | seeds | held-out points (rollouts: success, seeds) | share of the "
-                  "budget to reach its held-out success | to reach its train reward |"),
-                  "|---|---|---|---|---|"]
+                  ("| variant | seeds | held-out points (rollouts: success +- SE over tasks, "
+                   "seeds) | share of the budget to reach its held-out success | to reach its "
+                   "train reward |"),
+                  "|---|---|---|---|---|",
+                  (f"| {ref_runs[0]['label']} (the reference) | "
+                   f"{','.join(str(r['seed']) for r in ref_runs)} | "
+                   f"{_points_cell(pooled_points(ref_runs, warm))} | - | - |")]
         for other in others:
             runs = variants.get((other, fingerprint))
             if not runs:
                 continue
             held = pooled_points(runs, warm)
-            cells = "; ".join(f"{r}: {v:.3f} ({n})" for r, v, n in held)
+            cells = _points_cell(held)
             shares = [first_reaching(held, ref_held[1]),
                       first_reaching(train_curve(runs), ref_train[1])]
             text = [f"{s / budget:.0%} ({s} rollouts)" if s is not None else "not reached"

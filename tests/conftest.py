@@ -1,11 +1,15 @@
-"""Shared test settings: one torch thread (the machine has 2 cores), cached tiny model."""
+"""Shared test settings: one torch thread (the machine has 2 cores), cached tiny model, and an
+evaluation lock of the tests' own (a test never waits for a real run's evaluation)."""
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["LOPD_EVAL_LOCK"] = str(Path(tempfile.mkdtemp(prefix="lopd-tests-")) / "evaluation.lock")
 
 
 @pytest.fixture(autouse=True, scope="session")

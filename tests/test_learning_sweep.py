@@ -215,7 +215,11 @@ def test_efficiency_share_of_the_reference_budget_by_hand():
                      curve=[(32, {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0})], rewards=[0.2, 0.2, 0.2]),
             _summary("lopd", 1, 96, {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0},
                      curve=[(32, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0})], rewards=[0.2, 0.2, 0.2])]
-    assert lr.pooled_points(lopd, warm) == [(0, 0.0, 2), (32, 0.625, 2), (96, 0.25, 2)]
+    points = lr.pooled_points(lopd, warm)
+    assert [p[:3] for p in points] == [(0, 0.0, 2), (32, 0.625, 2), (96, 0.25, 2)]
+    # at 32 the per-task means over the seeds are 1, 1, 0.5, 0: sample variance 0.6875 / 3
+    assert points[1][3] == pytest.approx((0.6875 / 3 / 4) ** 0.5)
+    assert points[0][3] == 0.0 and points[2][3] == pytest.approx(0.25)
     lines = lr.efficiency_lines([warm, *grpo, *lopd], "grpo", ("lopd", "skill-sd"))
     row = next(line for line in lines if line.startswith("| lopd"))
     assert "| 33% (32 rollouts) | not reached |" in row
