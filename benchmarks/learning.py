@@ -265,15 +265,49 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
             continue
         spec = eval_spec(config, "toolworld-test", str(checkpoint / "student"),
                          checkpoint / "heldout", threads, eval_batch, limit=data["heldout"]["n"])
-        with runner.evaluation_slot():
-            held = run_eval(spec)["toolworld-test"]
-        data.setdefault("curve", []).append({
-            "step": step, "rollouts": step * per_step, "n": held["n"],
-            "success": held["success"], "per_task": held["per_task"]})
-        data["curve"].sort(key=lambda point: point["step"])
-        summary_path.write_text(json.dumps(data, indent=1) + "\n")
+        held = finished_eval(spec)
+        if held is None:
+            with runner.evaluation_slot():
+                held = run_eval(spec)["toolworld-test"]
+        point = {"step": step, "rollouts": step * per_step, "n": held["n"],
+                 "success": held["success"], "per_task": held["per_task"]}
+
+        def add_point(summary: dict, point: dict = point) -> None:
+            curve = [p for p in summary.get("curve", []) if p["step"] != point["step"]]
+            summary["curve"] = sorted([*curve, point], key=lambda p: p["step"])
+
+        update_summary(summary_path, add_point)
         added += 1
     return added
+
+
+def update_summary(path: Path, change) -> dict:
+    """Apply ``change`` to the summary at ``path`` as it is on disk now, under a lock, and write
+    it back: two processes adding points and suites to one summary each keep the other's."""
+    import fcntl
+    import tempfile
+
+    with open(Path(tempfile.gettempdir()) / f"lopd-summary-{path.stem}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return data
+
+
+def finished_eval(spec) -> dict | None:
+    """The result of ``spec``'s one suite from the ``eval.json`` a finished evaluation of the
+    same student, budget and task count left in its output directory (a process that stopped
+    before recording it), else None; its ``seconds`` are the evaluation's."""
+    path = Path(spec.out_dir) / "eval.json"
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    meta, (suite,) = saved["meta"], spec.suites
+    same = all(meta.get(key) == getattr(spec, key) for key in
+               ("adapter", "init_adapter", "dtype", "max_steps", "max_new_tokens", "limit"))
+    result = saved["results"].get(suite)
+    return {**result, "seconds": meta.get("seconds", 0)} if same and result else None
 
 
 def write_report() -> Path:
@@ -312,14 +346,16 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     cpu = cpu_line()
     for suite in todo:
         spec = eval_spec(config, suite, adapter, out / suite, threads, eval_batch)
-        turns, tokens = spec.max_steps, spec.max_new_tokens
-        with runner.evaluation_slot():
-            started = time.perf_counter()
-            result = run_eval(spec)[suite]
-        have[suite] = {**{k: result[k] for k in ("n", "success", "reward", "per_task")},
-                       "seconds": round(time.perf_counter() - started, 1), "max_steps": turns,
-                       "max_new_tokens": tokens, "cpu": cpu}
-        path.write_text(json.dumps(data, indent=1) + "\n")
+        result = finished_eval(spec)
+        if result is None:
+            with runner.evaluation_slot():
+                started = time.perf_counter()
+                result = {**run_eval(spec)[suite], "seconds": time.perf_counter() - started}
+        entry = {**{k: result[k] for k in ("n", "success", "reward", "per_task")},
+                 "seconds": round(result["seconds"], 1), "max_steps": spec.max_steps,
+                 "max_new_tokens": spec.max_new_tokens, "cpu": cpu}
+        update_summary(path, lambda summary, suite=suite, entry=entry:
+                       summary.setdefault("suites", {}).__setitem__(suite, entry))
     return len(todo)
 
 

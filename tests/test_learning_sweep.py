@@ -327,3 +327,28 @@ def test_curve_and_suites_pick_summaries_by_variant_and_seed(tmp_path, monkeypat
                                                                        "grpo-s2-ww.json"]
     assert [p.name for p in learning._summaries_of({"grpo"}, "2")] == ["grpo-s2-ww.json"]
     assert learning._summaries_of({"grpo"}, "1") == []
+
+
+def test_summary_updates_keep_what_another_process_wrote_and_reuse_finished_evals(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"name": "x", "curve": [{"step": 8, "success": 0.5}]}))
+    # another process added a suite since this one read the summary
+    learning.update_summary(path, lambda s: s.setdefault("suites", {}).__setitem__("he", 1))
+    learning.update_summary(path, lambda s: s["curve"].append({"step": 16, "success": 0.6}))
+    data = json.loads(path.read_text())
+    assert data["suites"] == {"he": 1} and [p["step"] for p in data["curve"]] == [8, 16]
+
+    config = {"rollout.max_steps": "6", "rollout.max_new_tokens": "96"}
+    spec = learning.eval_spec(config, "toolworld-test", "ckpt/student", tmp_path / "heldout", 1, 8,
+                              limit=200)
+    assert learning.finished_eval(spec) is None
+    from dataclasses import asdict
+
+    result = {"n": 200, "success": 0.25, "reward": 0.3, "per_task": {"t": 1.0}}
+    (tmp_path / "heldout").mkdir()
+    (tmp_path / "heldout" / "eval.json").write_text(json.dumps(
+        {"meta": {**asdict(spec), "seconds": 12.5}, "results": {"toolworld-test": result}}))
+    assert learning.finished_eval(spec) == {**result, "seconds": 12.5}
+    other = learning.eval_spec(config, "toolworld-test", "other/student", tmp_path / "heldout",
+                               1, 8, limit=200)
+    assert learning.finished_eval(other) is None  # another student's evaluation is not reused
