@@ -57,14 +57,20 @@ def load_student(adapter: str, warm: str):
     return student, MergedStudent(student, "default").model, tokenizer
 
 
+def sampled_logits(model, trajs, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits at the sampled tokens' positions ``(N, V)``, those tokens ``(N,)``), as the
+    training forward computes them."""
+    batch = collate(trajs, pad_id, through_last_action=True)
+    logits = student_logits(model, batch, positions="supervised", share_prefix=False)
+    return logits, batch.targets[batch.target_mask]
+
+
 def token_logprobs(model, trajs, pad_id: int, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probabilities of the sampled tokens, whether each is the argmax), one row at a time."""
     logps, greedy = [], []
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         for traj in trajs:
-            batch = collate([traj], pad_id, through_last_action=True)
-            logits = student_logits(model, batch, positions="supervised", share_prefix=False)
-            targets = batch.targets[batch.target_mask]
+            logits, targets = sampled_logits(model, [traj], pad_id)
             logps.append(gather_token_logprobs(logits, targets))
             greedy.append(logits.float().argmax(-1) == targets)
     return torch.cat(logps), torch.cat(greedy)
@@ -92,11 +98,9 @@ def lora_gradient(student, trajs, pad_id: int, autocast: bool) -> torch.Tensor:
     """The flattened LoRA gradient of the summed sampled-token log-probability of ``trajs``."""
     params = [p for n, p in student.named_parameters() if "lora_" in n]
     student.zero_grad(set_to_none=True)
-    batch = collate(trajs, pad_id, through_last_action=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        logits = student_logits(student, batch, positions="supervised", share_prefix=False)
-    logp = gather_token_logprobs(logits, batch.targets[batch.target_mask])
-    logp.sum().backward()
+        logits, targets = sampled_logits(student, trajs, pad_id)
+    gather_token_logprobs(logits, targets).sum().backward()
     return torch.cat([p.grad.flatten() for p in params])
 
 

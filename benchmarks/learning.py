@@ -2,11 +2,11 @@
 
 Each *variant* (`benchmarks.learning_variants`) is a named set of config overrides on top of
 one shared setting (the SmolLM2 preset from the `lopd sft` warm start, 8 tasks x 4 rollouts a
-step from one domain, 6 turns of at most 96 tokens). A run trains one variant on one seed, then evaluates its student
-greedily on held-out `toolworld-test` (all 200 tasks by default); the warm start itself is
-evaluated once, as step 0. Every comparison is paired on the same tasks: the report prints
-each run's success with its standard error and its gain over the warm start with the paired
-standard error.
+step from one domain, 6 turns of at most 96 tokens). A run trains one variant on one seed, then
+evaluates its student greedily on held-out `toolworld-test` (all 200 tasks by default); the
+warm start itself is evaluated once, as step 0. Every comparison is paired on the same tasks:
+the report prints each run's success with its standard error and its gain over the warm start
+with the paired standard error.
 
     .venv/bin/python -m benchmarks.learning run --variants grpo-lr5e-4,grpo-lr1e-3 --seeds 0
     .venv/bin/python -m benchmarks.learning run --variants ... --parallel 2   # 1 thread each
@@ -55,6 +55,7 @@ fingerprints existed count as fingerprint "unknown" and are paired among themsel
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import shlex
@@ -271,17 +272,21 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
                 held = run_eval(spec)["toolworld-test"]
         point = {"step": step, "rollouts": step * per_step, "n": held["n"],
                  "success": held["success"], "per_task": held["per_task"]}
-
-        def add_point(summary: dict, point: dict = point) -> None:
-            curve = [p for p in summary.get("curve", []) if p["step"] != point["step"]]
-            summary["curve"] = sorted([*curve, point], key=lambda p: p["step"])
-
-        update_summary(summary_path, add_point)
+        update_summary(summary_path, functools.partial(_with_curve_point, point=point))
         added += 1
     return added
 
 
-def update_summary(path: Path, change) -> dict:
+def _with_curve_point(summary: dict, point: dict) -> None:
+    curve = [p for p in summary.get("curve", []) if p["step"] != point["step"]]
+    summary["curve"] = sorted([*curve, point], key=lambda p: p["step"])
+
+
+def _with_suite(summary: dict, suite: str, entry: dict) -> None:
+    summary.setdefault("suites", {})[suite] = entry
+
+
+def update_summary(path: Path, change) -> None:
     """Apply ``change`` to the summary at ``path`` as it is on disk now, under a lock, and write
     it back: two processes adding points and suites to one summary each keep the other's."""
     import fcntl
@@ -292,7 +297,6 @@ def update_summary(path: Path, change) -> dict:
         data = json.loads(path.read_text())
         change(data)
         path.write_text(json.dumps(data, indent=1) + "\n")
-        return data
 
 
 def finished_eval(spec) -> dict | None:
@@ -354,8 +358,7 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
         entry = {**{k: result[k] for k in ("n", "success", "reward", "per_task")},
                  "seconds": round(result["seconds"], 1), "max_steps": spec.max_steps,
                  "max_new_tokens": spec.max_new_tokens, "cpu": cpu}
-        update_summary(path, lambda summary, suite=suite, entry=entry:
-                       summary.setdefault("suites", {}).__setitem__(suite, entry))
+        update_summary(path, functools.partial(_with_suite, suite=suite, entry=entry))
     return len(todo)
 
 
