@@ -287,3 +287,29 @@ def test_cli_stats_query_export(tmp_path):
     assert n == 2 and rows[1]["task_id"] == "b" and rows[1]["step_added"] == 2
     with pytest.raises(FileNotFoundError):
         bank_stats(tmp_path / "nowhere")
+
+
+def test_processes_opening_a_new_bank_at_once(tmp_path):
+    """Ranks of a distributed run open the same new bank file (and its transcript table) at the
+    same moment; switching a fresh file to WAL can then report ``database is locked`` without
+    waiting, which must be retried, not raised."""
+    code = """
+        import sys, time
+        from pathlib import Path
+        from lopd.experience.bank import ExperienceBank
+        from lopd.experience.transcripts import TranscriptStore
+        root, start = Path(sys.argv[1]), float(sys.argv[2])
+        for i in range(25):
+            while time.time() < start + 0.2 * i:
+                pass
+            path = root / f"b{i}.sqlite"
+            ExperienceBank(path).close()
+            TranscriptStore(path)
+        print("ok")
+    """
+    start = f"{time.time() + 2.0:.3f}"
+    procs = [run_py(code, str(tmp_path), start) for _ in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out.strip() == "ok"

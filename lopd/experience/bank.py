@@ -113,6 +113,35 @@ def bank_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / BANK_FILENAME
 
 
+def open_wal(path: Path, schema: str, busy_timeout_ms: int = 30_000) -> sqlite3.Connection:
+    """An autocommit connection to ``path`` in WAL mode with ``schema`` applied.
+
+    Two processes opening a new file at once can get ``database is locked`` from the switch to
+    WAL (SQLite does not always call the busy handler there), so the switch and the schema are
+    retried with a short backoff until ``busy_timeout_ms`` has passed.
+    """
+    conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    deadline, wait = time.monotonic() + busy_timeout_ms / 1000, 0.01
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise RuntimeError(f"could not put {path} in WAL mode (got {mode!r})")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript("BEGIN IMMEDIATE;" + schema + "COMMIT;")
+            return conn
+        except sqlite3.OperationalError as err:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(wait)
+            wait = min(2 * wait, 0.5)
+
+
 class ExperienceBank:
     """SQLite-backed store of ``Experience`` rows (one writer, concurrent readers).
 
@@ -132,15 +161,7 @@ class ExperienceBank:
         self.dim = dim
         self.last_evicted: list[int] = []
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
-                                     isolation_level=None, check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode.lower() != "wal":
-            raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        with self._lock:
-            self._conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        self._conn = open_wal(self.path, _SCHEMA, busy_timeout_ms)
 
     # -- plumbing ----------------------------------------------------------------------------
     def close(self) -> None:

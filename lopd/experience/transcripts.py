@@ -12,11 +12,11 @@ condensed trace.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from lopd.experience.bank import open_wal
 from lopd.types import Message
 
 _SCHEMA = """
@@ -36,12 +36,7 @@ class TranscriptStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
-                                     isolation_level=None, check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        with self._lock:
-            self._conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+        self._conn = open_wal(self.path, _SCHEMA, busy_timeout_ms)
 
     def put(self, rows: Iterable[tuple[str, str, Sequence[Message]]]) -> None:
         """Store ``(task_id, trace_sha256, messages)`` rows in one transaction (first wins)."""
