@@ -100,8 +100,9 @@ SUITES = ("toolworld-test", "toolworld-transfer", "humaneval")
 SUITE_BUDGET = {"humaneval": (1, 256)}
 """(turns, new tokens a turn) of a suite where the run's ToolWorld budget does not fit: one
 HumanEval answer needs more than 96 tokens. Other suites use the run's own."""
-COMPARISONS = {f"grpo-{SETTING}": (f"lopd-{SETTING}", f"skill-sd-{SETTING}")}
-"""Efficiency: reference variant -> the variants measured against its budget."""
+COMPARISONS = {f"grpo-{SETTING}": (f"lopd-{SETTING}", f"lopd-{SETTING}-J1", f"skill-sd-{SETTING}")}
+"""Efficiency: reference variant -> the variants measured against its budget (LOPD with J = 1,
+the one LOPD ablation that separated upward, among them)."""
 
 _lock = threading.Lock()
 
