@@ -89,7 +89,7 @@ class MethodConfig:
     top_m: int = 20
     """M: teacher top-M tokens plus one tail bucket in the distillation loss (eq. 9)."""
     num_experiences: int = 3
-    """J: experiences retrieved per task (the paper's 3, chosen on 4-8B backbones). With the
+    """J: experiences retrieved per task (the paper's 3, used with 4-8B backbones). With the
     135M SmolLM2 preset, J = 1 did better on two seeds (benchmarks/RESULTS.md, the J ablation)."""
     latent_tokens: int = 32
     """K: latent tokens per experience (J*K enter the teacher)."""
