@@ -218,6 +218,16 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     return _inverse_cdf(probs, uniform[rows])
 
 
+def _to_device(index: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU index tensor on ``device`` without a host synchronisation (pinned source,
+    non-blocking copy); unchanged on the CPU."""
+    if device.type == "cpu":
+        return index
+    if device.type == "cuda":
+        index = index.pin_memory()
+    return index.to(device, non_blocking=True)
+
+
 class HFBackend:
     """Batched KV-cache decoding with a transformers model (see the module docstring).
 
@@ -279,21 +289,30 @@ class HFBackend:
         return None
 
     def _store(self, fresh: dict, cache, attention, batch_rows, sequences) -> None:
-        """Copy the KV of ``batch_rows`` (real positions only) into ``fresh``, keyed by ids."""
+        """Copy the KV of ``batch_rows`` (real positions only) into ``fresh``, keyed by ids.
+
+        The rows' attention masks come back to the host in one read; each row's real positions
+        then go to the device as one index (a pinned, non-blocking copy) and its KV is gathered
+        with ``index_select``, so a store costs one host synchronisation however many rows and
+        layers it copies (a boolean index per layer and row would cost one each)."""
         from transformers.cache_utils import DynamicLayer
 
         layers = getattr(cache, "layers", None)
         plain = (DynamicLayer, _preallocated_layer())
         if not self.prefix_cache or not layers or any(type(x) not in plain for x in layers):
             return  # sliding-window or other special layers do not keep the whole sequence
+        if not batch_rows:
+            return
         tensors = [layer.keys for layer in layers] + [layer.values for layer in layers]
         stored = sum(len(ids) for ids in fresh)
-        for row, sequence in zip(batch_rows, sequences):
-            real = attention[row].bool()
-            covered = tuple(sequence[:int(real.sum())])
+        real_rows = attention[batch_rows].bool().cpu()  # the one read back to the host
+        for row, sequence, real in zip(batch_rows, sequences, real_rows):
+            positions = real.nonzero().view(-1)
+            covered = tuple(sequence[:len(positions)])
             if covered in fresh or stored + len(covered) > self.max_cached_tokens:
                 continue
-            fresh[covered] = torch.stack([t[row][:, real] for t in tensors])
+            fresh[covered] = torch.stack([t[row] for t in tensors]).index_select(
+                2, _to_device(positions, tensors[0].device))
             stored += len(covered)
 
     def _left_pad(self, prompts: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -406,7 +425,7 @@ class HFBackend:
         logits, cache, attention, positions = self._prefill([list(p) for p in first_of],
                                                             params.max_new_tokens)
         if len(first_of) < len(prompts):  # copy shared prefills to every row that asked for them
-            expand = torch.tensor(unique, device=self.device)
+            expand = _to_device(torch.tensor(unique), self.device)
             cache.batch_select_indices(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
         return self._decode(prompts, params, logits, cache, attention, positions)
@@ -458,7 +477,7 @@ class HFBackend:
                         rest = []
                         break
                     alive = alive[index]
-                    index = torch.tensor(index, device=self.device)
+                    index = _to_device(torch.tensor(index), self.device)
                     cache.batch_select_indices(index)
                     attention, positions = attention[index], positions[index]
                     tokens, rows, done = tokens[index], rows[index], done[index]
