@@ -27,7 +27,8 @@ poison a state: nesting deeper than ``MAX_DEPTH``, integer literals of more than
 non-finite numbers), and values outside a schema's ``minimum``/``maximum``/
 ``exclusiveMinimum``/``exclusiveMaximum``/``maxLength``. Text reaching the tokenizer goes
 through ``safe_text`` (lone surrogates, e.g. from a ``"\\ud800"`` escape, become U+FFFD), so
-every message renders whatever its characters.
+every message renders whatever its characters. The parser reads at most ``MAX_TURN_CHARS``
+characters of a turn (the rest is ignored), so one enormous turn costs a bounded parse.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ from typing import Any
 from lopd.types import Message, ToolSchema
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 MAX_DEPTH = 32  # nesting levels of a call's JSON payload
 MAX_INT_DIGITS = 100  # digits of an integer literal (Python refuses 4300+, floats overflow ~309)
+MAX_TURN_CHARS = 100_000  # characters of an assistant turn the parser reads (~25k tokens)
 _CLIP = 80  # characters of a model-written name or key quoted back in an error
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -257,20 +259,22 @@ def parse_tool_calls(text: str, tools: Sequence[ToolSchema] | None = None) -> Pa
     """Extract every ``<tool_call>`` block of an assistant turn. Never raises.
 
     With ``tools`` given, names and arguments are validated against the schemas; each failing
-    block becomes one entry of ``errors`` instead of a call.
+    block becomes one entry of ``errors`` instead of a call. Only the first ``MAX_TURN_CHARS``
+    characters are read.
     """
     if not isinstance(text, str):
         text = str(text)
+    text = text[:MAX_TURN_CHARS]
     tools_by_name = None if tools is None else {t["name"]: t for t in tools}
     calls: list[ToolCall] = []
     errors: list[str] = []
-    for match in _CALL_BLOCK.finditer(text):
+    for match in CALL_BLOCK.finditer(text):
         if not match.group(0).endswith(CALL_CLOSE):
             errors.append(f"unclosed {CALL_OPEN}: end each call with {CALL_CLOSE}")
             continue
         parsed = _parse_one(match.group(1), tools_by_name)
         (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
-    content = _CALL_BLOCK.sub("", text).strip()
+    content = CALL_BLOCK.sub("", text).strip()
     return ParsedTurn(content=content, calls=calls, errors=errors)
 
 

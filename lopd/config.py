@@ -386,6 +386,7 @@ def validate(config: Config) -> Config:
         (config.rollout.max_steps >= 1, "rollout.max_steps", ">= 1"),
         (config.rollout.train_max_steps >= 0, "rollout.train_max_steps", ">= 0 (0 = max_steps)"),
         (config.rollout.max_new_tokens >= 1, "rollout.max_new_tokens", ">= 1"),
+        (config.rollout.max_calls_per_turn >= 1, "rollout.max_calls_per_turn", ">= 1"),
         (config.rollout.eval_max_new_tokens >= 0, "rollout.eval_max_new_tokens",
          ">= 0 (0 = max_new_tokens)"),
         (config.rollout.temperature >= 0, "rollout.temperature", ">= 0"),

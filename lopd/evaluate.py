@@ -78,7 +78,8 @@ def evaluate_tasks(
     trajectories: list[Trajectory] = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
-        envs = [make_env(task, seed=seed, max_steps=rollout.max_steps) for task in chunk]
+        envs = [make_env(task, seed=seed, max_steps=rollout.max_steps,
+                         max_calls=rollout.max_calls_per_turn) for task in chunk]
         trajectories += run_episodes(envs, backend, renderer, rollout, seed=seed)
         if progress is not None:
             progress(len(trajectories), len(tasks))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lopd.chat import ChatRenderer
+from lopd.envs.common import MAX_CALLS_PER_TURN
 from lopd.generation import GenerationBackend, SamplingParams
 from lopd.types import Env, Message, Task, Trajectory
 
@@ -36,6 +37,10 @@ class RolloutConfig:
     what held-out numbers mean."""
     max_new_tokens: int = 192
     """Token budget of one assistant turn."""
+    max_calls_per_turn: int = MAX_CALLS_PER_TURN
+    """Tool calls executed per assistant turn (20, BFCL's limit on call steps in one user
+    turn); the environments answer the calls past it with one note instead of running them,
+    so a hostile turn costs a bounded time (``lopd.envs.common``)."""
     eval_max_new_tokens: int = 0
     """Token budget of one turn in the trainer's held-out evaluation only (0 =
     ``max_new_tokens``). A batch of greedy episodes decodes each turn until its longest response
@@ -174,11 +179,13 @@ def run_episodes(
     return [_finish(e) for e in episodes]
 
 
-def make_group_envs(tasks: Sequence[Task], group_size: int, make_env: Callable[..., Env], max_steps: int, seed: int = 0) -> tuple[list[Env], list[int]]:
-    """``group_size`` environments per task (one rollout group each), with their group ids."""
+def make_group_envs(tasks: Sequence[Task], group_size: int, make_env: Callable[..., Env], max_steps: int, seed: int = 0, max_calls: int | None = None) -> tuple[list[Env], list[int]]:
+    """``group_size`` environments per task (one rollout group each), with their group ids;
+    ``max_calls`` (when given) goes to ``make_env`` as the cap on tool calls per turn."""
     envs, groups = [], []
+    limits = {} if max_calls is None else {"max_calls": max_calls}
     for index, task in enumerate(tasks):
         for member in range(group_size):
-            envs.append(make_env(task, seed=seed * 1000 + member, max_steps=max_steps))
+            envs.append(make_env(task, seed=seed * 1000 + member, max_steps=max_steps, **limits))
             groups.append(index)
     return envs, groups

@@ -152,7 +152,8 @@ class Runtime:
         cfg = self.config
         rollout = replace(cfg.rollout, max_steps=cfg.rollout.train_max_steps or cfg.rollout.max_steps)
         envs, groups = make_group_envs(tasks, cfg.optim.group_size, make_env,
-                                       rollout.max_steps, seed=step)
+                                       rollout.max_steps, seed=step,
+                                       max_calls=rollout.max_calls_per_turn)
         self.model.eval()
         with self.whole(self.model):
             return run_episodes(envs, self.backend(), self.renderer, rollout,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
+from lopd.envs.common import MAX_CALLS_PER_TURN
 from lopd.types import Env, Task
 
 SUITES = [
@@ -28,13 +29,15 @@ SUITES = [
 ]
 
 
-def make_env(task: Task, seed: int = 0, max_steps: int = 30) -> Env:
-    """The environment for one episode of ``task``."""
+def make_env(task: Task, seed: int = 0, max_steps: int = 30,
+             max_calls: int = MAX_CALLS_PER_TURN) -> Env:
+    """The environment for one episode of ``task``; ``max_calls`` caps the tool calls executed
+    per assistant turn (``lopd.envs.common.MAX_CALLS_PER_TURN``)."""
     kind = task.metadata.get("env", task.domain)
     if kind == "toolworld":
         from lopd.envs.toolworld import ToolWorldEnv
 
-        return ToolWorldEnv(task, seed=seed, max_steps=max_steps)
+        return ToolWorldEnv(task, seed=seed, max_steps=max_steps, max_calls=max_calls)
     if kind in ("code", "humaneval"):
         from lopd.envs.code import CodeEnv
 
@@ -42,9 +45,9 @@ def make_env(task: Task, seed: int = 0, max_steps: int = 30) -> Env:
     if kind == "bfcl":
         from lopd.envs.bfcl import BFCLEnv
 
-        return BFCLEnv(task, seed=seed, max_steps=max_steps)
+        return BFCLEnv(task, seed=seed, max_steps=max_steps, max_calls=max_calls)
     if kind in ("function", "plugin", "custom"):
-        return _user_env(kind, task, seed, max_steps)
+        return _user_env(kind, task, seed, max_steps, max_calls)
     raise ValueError(f"no environment for task {task.id!r} (env={kind!r})")
 
 
@@ -130,7 +133,7 @@ def check_references(method: str, tasks: list[Task], suite: str) -> None:
             "lopd, grpo, sdpo or skill-sd")
 
 
-def _user_env(kind: str, task: Task, seed: int, max_steps: int) -> Env:
+def _user_env(kind: str, task: Task, seed: int, max_steps: int, max_calls: int) -> Env:
     """Environments of the user's code: a tool set, a plugin suite, or an env maker."""
     from lopd.envs.plugins import PluginSuite, build_env, load_plugin, resolve
 
@@ -138,12 +141,12 @@ def _user_env(kind: str, task: Task, seed: int, max_steps: int) -> Env:
         from lopd.envs.function_env import FunctionEnv
 
         return FunctionEnv(task, resolve(task.metadata["toolset"]), seed=seed,
-                           max_steps=max_steps)
+                           max_steps=max_steps, max_calls=max_calls)
     if kind == "plugin":
         name = task.metadata["plugin"]
-        return build_env(load_plugin(name), name, task, seed, max_steps)
+        return build_env(load_plugin(name), name, task, seed, max_steps, max_calls)
     ref = task.metadata["env_maker"]
-    return build_env(PluginSuite([], resolve(ref)), ref, task, seed, max_steps)
+    return build_env(PluginSuite([], resolve(ref)), ref, task, seed, max_steps, max_calls)
 
 
 __all__ = ["SUITES", "check_references", "load_suite", "make_env", "suite_problem", "task_pool"]

@@ -22,7 +22,9 @@ Semantics, as in ``BaseHandler.inference_multi_turn_FC`` and ``eval_runner``:
   called before it is announced (BFCL's executor maps every backend method); error messages
   only ever list the tools offered so far;
 - more than ``MAXIMUM_STEP_LIMIT`` (20) call-steps in one user turn force-quits: the entry
-  fails, as BFCL fails force-terminated entries;
+  fails, as BFCL fails force-terminated entries; within one assistant message at most
+  ``max_calls`` calls are read and executed (``lopd.envs.common.MAX_CALLS_PER_TURN``, also
+  20), the others are reported as not executed;
 - at the end, the per-turn lists of executed steps go to BFCL's ``multi_turn_checker``
   (state check of every backend's public attributes + cumulative response check after each
   turn with non-empty ground truth): reward 1 if valid, else 0.
@@ -52,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from lopd.chat import clip, format_tool_call, tool_system_prompt
-from lopd.envs.common import error_message, parse_in_order, tool_message
+from lopd.envs.common import MAX_CALLS_PER_TURN, error_message, read_turn, tool_message
 from lopd.types import Message, ResetResult, StepResult, Task
 
 CATEGORIES = ["base", "miss_func", "miss_param", "long_context"]
@@ -260,10 +262,12 @@ def _purge(keys: list[str]) -> None:
 class BFCLEnv:
     """One BFCL multi-turn entry as an episode (see the module docstring)."""
 
-    def __init__(self, task: Task, seed: int = 0, max_steps: int = 30):
+    def __init__(self, task: Task, seed: int = 0, max_steps: int = 30,
+                 max_calls: int = MAX_CALLS_PER_TURN):
         self.task = task
         self.seed = seed
         self.max_steps = max_steps
+        self.max_calls = max_calls
         self.entry = _entry(task.metadata["entry_id"])
         category = self.entry["id"].rsplit("_", 1)[0]
         self.long_context = "long_context" in category or "composite" in category
@@ -326,7 +330,8 @@ class BFCLEnv:
             return StepResult([], 0.0, True, self._info(final=True))
         self.steps += 1
         self.turn_messages += 1
-        _, items = parse_in_order(assistant_text, self._parse_tools)
+        turn = read_turn(assistant_text, self._parse_tools, self.max_calls)
+        items = turn.items
         calls, slots, observation = [], [], []
         for item in items:
             if isinstance(item, str):
@@ -343,6 +348,9 @@ class BFCLEnv:
         results = iter(self._execute(calls) if calls else [])
         for slot in slots:
             observation.append(slot if slot is not None else tool_message(next(results)))
+        if (note := turn.note()) is not None:
+            observation.append(note)
+            self.errors += 1
         if calls:
             self.tool_calls += len(calls)
             self.turn_steps[self.turn].append(calls)

@@ -7,8 +7,8 @@ The pattern is ToolWorld's, without writing schemas by hand:
 - a task (``tool_task``) names the tool set by import path and carries the initial state, a
   checklist of declarative checks on the final state, and optionally a reference solution;
 - the episode (``FunctionEnv``) runs ToolWorld's semantics: each ``<tool_call>`` block gets one
-  ``role=tool`` message, a turn without any attempted call is the final answer, ``max_steps``
-  caps the turns. A call that fails (bad arguments, an exception, a result that is not JSON, a
+  ``role=tool`` message (at most ``max_calls`` per turn, ``lopd.envs.common``), a turn without
+  any attempted call is the final answer, ``max_steps`` caps the turns. A call that fails (bad arguments, an exception, a result that is not JSON, a
   non-finite number) is an error observation and leaves the state as it was before the call.
 
 Checks are ToolWorld's (``lopd.envs.toolworld.base.Check``: ``eq``, ``missing``, ``unchanged``,
@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lopd.chat import format_tool_call, tool_system_prompt
-from lopd.envs.common import answer_calls, parse_in_order
+from lopd.envs.common import MAX_CALLS_PER_TURN, answer_calls, read_turn
+from lopd.envs.journal import Journal, track
 from lopd.tools import ToolBox, ToolSchemaError
 from lopd.types import Message, ResetResult, StepResult, Task, ToolSchema
 
@@ -195,14 +196,16 @@ def tool_task(task_id: str, prompt: str, toolset: str, *, state: dict | None = N
 class FunctionEnv:
     """One episode of a ``tool_task`` (see the module docstring)."""
 
-    def __init__(self, task: Task, toolset: Any, seed: int = 0, max_steps: int = 30):
+    def __init__(self, task: Task, toolset: Any, seed: int = 0, max_steps: int = 30,
+                 max_calls: int = MAX_CALLS_PER_TURN):
         self.task = task
         self.seed = seed  # the episode is determined by the task; kept for the protocol
         self.max_steps = max_steps
+        self.max_calls = max_calls
         self.toolset = toolset
         self.initial = copy.deepcopy(task.metadata.get("state") or {})
         self.checks = normalise_checks(task.metadata.get("checks"), f"task {task.id!r}")
-        self.box, self.service = toolbox_for(toolset, self.initial)
+        self.box, self.service = self._build()
         allowed = task.metadata.get("allowed_tools")
         self.tools: list[ToolSchema] = [copy.deepcopy(s) for n, s in self.box.schemas.items()
                                         if allowed is None or n in allowed]
@@ -217,7 +220,7 @@ class FunctionEnv:
         return tool_system_prompt(instructions, self.tools, example)
 
     def reset(self) -> ResetResult:
-        self.box, self.service = toolbox_for(self.toolset, self.initial)
+        self.box, self.service = self._build()
         self.steps = self.tool_calls = self.errors = 0
         self.answer = ""
         self.done = False
@@ -225,35 +228,56 @@ class FunctionEnv:
                                    {"role": "user", "content": self.task.prompt}]
         return ResetResult(messages=messages, tools=copy.deepcopy(self.tools))
 
-    def _run(self, name: str, arguments: dict[str, Any]) -> Any:
-        """One call; a failed call leaves the state as it was."""
-        from lopd.envs.toolworld.base import non_finite_paths
+    def _build(self) -> tuple[ToolBox, Any]:
+        """A fresh tool box; the service's state is journaled (``lopd.envs.journal``)."""
+        box, service = toolbox_for(self.toolset, self.initial)
+        self.journal = Journal()
+        if service is not None:
+            service.state = track(service.state, self.journal)
+        return box, service
 
-        state = self.service.state if self.service is not None else None
-        snapshot = copy.deepcopy(state) if state is not None else None
+    def _run(self, name: str, arguments: dict[str, Any]) -> Any:
+        """One call; a failed call (or one that writes a non-finite number) is undone, without
+        copying the state: the journal records what the call changes."""
+        if self.service is None:
+            return self.box.call(name, arguments)
+        root = self.service.state
+        self.journal.begin()
         result = self.box.call(name, arguments)
         failed = isinstance(result, dict) and set(result) == {"error"}
-        if self.service is not None and not failed and non_finite_paths(self.service.state):
+        if not failed and self._wrote_non_finite(root):
             result, failed = {"error": f"{name}: rejected, it would put a non-finite number "
                                        "in the state"}, True
-        if failed and self.service is not None:
-            self.service.state = snapshot
+        if failed:
+            self.journal.undo()
+            self.service.state = root
         return result
+
+    def _wrote_non_finite(self, root: Any) -> bool:
+        from lopd.envs.toolworld.base import non_finite_paths
+
+        if self.service.state is root:
+            return bool(self.journal.commit())
+        if non_finite_paths(self.service.state):  # the tool replaced the whole state
+            return True
+        self.journal.commit()
+        self.service.state = track(self.service.state, self.journal)
+        return False
 
     def step(self, assistant_text: str) -> StepResult:
         if self.done:
             return StepResult([], 0.0, True, self._info(final=True))
         self.steps += 1
-        content, items = parse_in_order(assistant_text, self.tools)
-        observation, calls, errors = answer_calls(items, self._run)
+        turn = read_turn(assistant_text, self.tools, self.max_calls)
+        observation, calls, errors = answer_calls(turn, self._run)
         self.tool_calls += calls
         self.errors += errors
-        if items and self.steps < self.max_steps:
+        if turn.items and self.steps < self.max_steps:
             return StepResult(observation, 0.0, False, self._info(final=False))
         self.done = True
-        self.answer = "" if items else content
+        self.answer = "" if turn.items else turn.content
         info = self._info(final=True)
-        info["truncated"] = bool(items)
+        info["truncated"] = bool(turn.items)
         return StepResult([], info["reward"], True, info)
 
     def score(self) -> tuple[float, list[bool]]:
@@ -271,10 +295,11 @@ class FunctionEnv:
 
 
 def function_env_maker(toolset: Any) -> Callable[..., FunctionEnv]:
-    """An env maker ``(task, seed, max_steps) -> FunctionEnv`` bound to one tool set."""
+    """An env maker ``(task, seed, max_steps, max_calls) -> FunctionEnv`` bound to one tool set."""
 
-    def make(task: Task, seed: int = 0, max_steps: int = 30) -> FunctionEnv:
-        return FunctionEnv(task, toolset, seed=seed, max_steps=max_steps)
+    def make(task: Task, seed: int = 0, max_steps: int = 30,
+             max_calls: int = MAX_CALLS_PER_TURN) -> FunctionEnv:
+        return FunctionEnv(task, toolset, seed=seed, max_steps=max_steps, max_calls=max_calls)
 
     return make
 

@@ -17,7 +17,11 @@ are unique, and the first task's environment resets to a ``ResetResult``. Any pr
 message naming the plugin. The environments are wrapped (``CheckedEnv``) so that a malformed
 answer of the user's environment (wrong result type, a reward outside [0, 1], an exception)
 stops the run with such a message rather than deep inside training; when an episode ends
-without ``info["success"]``, success is ``reward >= 1``.
+without ``info["success"]``, success is ``reward >= 1``. The wrapper also applies lopd's caps
+on a turn (``lopd.envs.common``): the user's environment reads at most ``MAX_TURN_CHARS``
+characters and ``max_calls`` tool-call blocks of a turn (the text is cut after the last block
+kept, and a note says what was left out), and each observation message is cut to
+``MAX_OBSERVATION_CHARS``. A maker that takes ``max_calls`` also gets the cap.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lopd.chat import clip
+from lopd.envs.common import MAX_CALLS_PER_TURN, bound_turn, bounded_text, cap_note
 from lopd.types import Env, ResetResult, StepResult, Task
 
 
@@ -191,21 +196,23 @@ def load_plugin(name: str) -> PluginSuite:
     return suite
 
 
-def _call_maker(maker: Callable[..., Any], task: Task, seed: int, max_steps: int) -> Any:
+def _call_maker(maker: Callable[..., Any], task: Task, seed: int, max_steps: int,
+                max_calls: int) -> Any:
     try:
         accepted = inspect.signature(maker).parameters
     except (TypeError, ValueError):
         accepted = {}
     takes_all = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
-    extra = {k: v for k, v in (("seed", seed), ("max_steps", max_steps))
+    extra = {k: v for k, v in (("seed", seed), ("max_steps", max_steps), ("max_calls", max_calls))
              if takes_all or k in accepted}
     return maker(task, **extra)
 
 
-def build_env(suite: PluginSuite, name: str, task: Task, seed: int, max_steps: int) -> Env:
+def build_env(suite: PluginSuite, name: str, task: Task, seed: int, max_steps: int,
+              max_calls: int = MAX_CALLS_PER_TURN) -> Env:
     """One checked environment of ``task`` from the suite's maker."""
     try:
-        env = _call_maker(suite.make_env, task, seed, max_steps)
+        env = _call_maker(suite.make_env, task, seed, max_steps, max_calls)
     except PluginError:
         raise
     except Exception as error:
@@ -216,7 +223,7 @@ def build_env(suite: PluginSuite, name: str, task: Task, seed: int, max_steps: i
         raise PluginTypeError(f"plugin {name!r}: make_env returned a {type(env).__name__!r} "
                               f"without {' and '.join(m + '()' for m in missing)} "
                               "(see lopd.types.Env)")
-    return CheckedEnv(env, task, name)
+    return CheckedEnv(env, task, name, max_calls)
 
 
 def _check_messages(messages: Any, what: str) -> None:
@@ -229,8 +236,9 @@ def _check_messages(messages: Any, what: str) -> None:
 class CheckedEnv:
     """The user's environment with its answers checked (see the module docstring)."""
 
-    def __init__(self, env: Any, task: Task, plugin: str):
+    def __init__(self, env: Any, task: Task, plugin: str, max_calls: int = MAX_CALLS_PER_TURN):
         self.env, self.task, self.plugin = env, task, plugin
+        self.max_calls = max_calls
 
     def _where(self, method: str) -> str:
         return f"plugin {self.plugin!r}: {method} of task {self.task.id!r}"
@@ -250,8 +258,9 @@ class CheckedEnv:
         return result
 
     def step(self, assistant_text: str) -> StepResult:
+        text, skipped, unread = bound_turn(assistant_text, self.max_calls)
         try:
-            result = self.env.step(assistant_text)
+            result = self.env.step(text)
         except Exception as error:
             raise PluginError(f"{self._where('step()')} raised ({_why(error)})") from error
         if not isinstance(result, StepResult):
@@ -267,6 +276,11 @@ class CheckedEnv:
             raise PluginTypeError(f"{self._where('step()')}: info must be a dict")
         if result.done and "success" not in result.info:
             result.info["success"] = reward >= 1.0
+        result.observation = [{**m, "content": bounded_text(m["content"])}
+                              for m in result.observation]
+        note = None if result.done else cap_note(skipped, unread, self.max_calls)
+        if note is not None:
+            result.observation.append(note)
         return result
 
 

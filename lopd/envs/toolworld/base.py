@@ -2,16 +2,21 @@
 
 A domain is a class whose public methods decorated with ``@tool`` are the agent's tools. Each
 declares an explicit JSON schema (``Param`` per argument), so ``lopd.chat.parse_tool_calls``
-type-checks the model's arguments before the method runs. The state is a plain JSON-able dict
-(deep-copied at construction), which makes checks, snapshots and determinism trivial. Invalid
+type-checks the model's arguments before the method runs. The state is a JSON-able dict
+(deep-copied at construction into ``lopd.envs.journal``'s tracked dicts and lists, which read,
+compare and serialise as plain ones), which makes checks and determinism trivial. Invalid
 operations raise ``ToolError`` and come back to the agent as ``{"error": ...}``.
 
 Hostile input. ``Domain.call`` is the one gate every call goes through, and it never raises:
 it validates the arguments against the schema (types, finite numbers, the ``Param`` ranges and
-string lengths), runs the tool on a snapshot-protected state, turns any exception into an error
-result, and rolls the call back if it would break a state invariant (``state_problems``: no
+string lengths), runs the tool with its mutations journaled, turns any exception into an error
+result, and undoes the call if it would break a state invariant (``state_problems``: no
 non-finite number anywhere, plus each domain's own rules such as valid times or non-negative
-stock). So no model output can crash an episode or leave a state that later fails.
+stock). So no model output can crash an episode or leave a state that later fails. Cost: no
+copy of the state per call (the journal undoes what the call changed); a call that changes
+nothing skips the checks, one that does is checked for non-finite numbers among the values it
+wrote, then against the domain's rules (which read the state: their cost per turn is bounded by
+``lopd.envs.common.MAX_CALLS_PER_TURN``).
 
 Checks are declarative (``Check``: an op, a path into the state and a value) so that they are
 easy to describe in plain language and to evaluate against the final and initial states.
@@ -22,7 +27,6 @@ check passes, so an agent that does nothing scores 0 rather than the share of th
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 import random
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lopd.chat import clip, validate_arguments
+from lopd.envs.journal import Journal, track
 from lopd.types import ToolSchema
 
 _MISSING = object()
@@ -189,7 +194,8 @@ class Domain:
     example: tuple[str, dict[str, Any]] = ("", {})
 
     def __init__(self, state: dict[str, Any]):
-        self.state = copy.deepcopy(state)
+        self.journal = Journal()
+        self.state = track(state, self.journal)
         self._initial_problems: set[str] | None = None
 
     @classmethod
@@ -244,22 +250,42 @@ class Domain:
         problems = validate_arguments(arguments, self._schemas_by_name()[name])
         if problems:
             return {"error": "; ".join(problems)}
-        known = self._known_problems()
-        snapshot = _clone(self.state)
+        known, root = self._known_problems(), self.state
+        self.journal.begin()
         try:
             result = method(self, **arguments)
         except ToolError as err:
-            self.state = snapshot
+            self._roll_back(root)
             return {"error": str(err)}
         except Exception as err:  # noqa: BLE001 - model input must never crash an episode
-            self.state = snapshot
+            self._roll_back(root)
             return {"error": f"{name}: {type(err).__name__}: {clip(str(err), 200)}"}
-        broken = [p for p in self.state_problems() if p not in known]
+        broken = self._new_problems(root, known)
         if broken:
-            self.state = snapshot
+            self._roll_back(root)
             return {"error": f"{name}: rejected, it would leave an invalid state "
                              f"({'; '.join(broken[:3])})"}
         return result
+
+    def _roll_back(self, root: dict[str, Any]) -> None:
+        self.journal.undo()
+        self.state = root
+
+    def _new_problems(self, root: dict[str, Any], known: set[str]) -> list[str]:
+        """Invariants the call just broke: a non-finite number among the values it wrote,
+        then (only if it changed anything) the domain's rules. A read costs nothing here."""
+        if self.state is not root:  # the tool replaced the whole state: check all of it
+            broken = [p for p in self.state_problems() if p not in known]
+            if not broken:
+                self.journal.commit()
+                self.state = track(self.state, self.journal)
+            return broken
+        bad = self.journal.commit()
+        if not self.journal.changed():
+            return []
+        if bad:
+            return [f"non-finite number at {'/'.join(map(str, path))}" for path in bad]
+        return [p for p in self._rule_problems() if p not in known]
 
     def _known_problems(self) -> set[str]:
         """Invariants the state broke before any call (never blamed on a call)."""
@@ -271,11 +297,13 @@ class Domain:
         """Broken invariants of the current state; empty when it is valid. Never raises."""
         problems = [f"non-finite number at {'/'.join(map(str, path))}"
                     for path in non_finite_paths(self.state)]
+        return problems + self._rule_problems()
+
+    def _rule_problems(self) -> list[str]:
         try:
-            problems += self.domain_problems()
+            return self.domain_problems()
         except Exception as err:  # noqa: BLE001 - a state the rules cannot even read is broken
-            problems.append(f"unreadable state ({type(err).__name__}: {clip(str(err))})")
-        return problems
+            return [f"unreadable state ({type(err).__name__}: {clip(str(err))})"]
 
     def domain_problems(self) -> list[str]:
         """The domain's own invariants (overridden by each domain)."""
@@ -288,16 +316,6 @@ class Domain:
 
 def money(value: float) -> float:
     return round(float(value), 2)
-
-
-def _clone(node: Any) -> Any:
-    """Deep copy of a JSON-like state (dicts and lists copied, leaves shared): the snapshot
-    taken before every call, several times faster than ``copy.deepcopy``."""
-    if type(node) is dict:
-        return {key: _clone(value) for key, value in node.items()}
-    if type(node) is list:
-        return [_clone(value) for value in node]
-    return copy.deepcopy(node) if isinstance(node, (dict, list, set)) else node
 
 
 def _has_non_finite(state: Any) -> bool:

@@ -3,7 +3,8 @@
 ``reset()`` rebuilds the task's initial state from (domain, tier, seed) in ``task.metadata``
 (generation is deterministic), so a ``Task`` stays a small JSON-able record. ``step(text)``
 executes the turn's calls in order, one ``role=tool`` message per ``<tool_call>`` block (the
-result, or ``{"error": ...}`` for a malformed call or an invalid operation). A turn without any
+result, or ``{"error": ...}`` for a malformed call or an invalid operation), at most
+``max_calls`` of them per turn (``lopd.envs.common`` caps a turn). A turn without any
 attempted call is the final answer and ends the episode, as does the ``max_steps`` cap. The
 reward is the fraction of checks passing on the final state (guards only alongside a passing
 goal check, see ``base.evaluate``); success means every check passes.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from lopd.chat import format_tool_call, tool_system_prompt
-from lopd.envs.common import answer_calls, parse_in_order
+from lopd.envs.common import MAX_CALLS_PER_TURN, answer_calls, read_turn
 from lopd.envs.toolworld.base import Domain, TaskSpec, evaluate
 from lopd.types import Message, ResetResult, StepResult, Task
 
@@ -28,12 +29,14 @@ INSTRUCTIONS = (
 class ToolWorldEnv:
     """One episode of a ToolWorld task (see the module docstring)."""
 
-    def __init__(self, task: Task, seed: int = 0, max_steps: int = 30):
+    def __init__(self, task: Task, seed: int = 0, max_steps: int = 30,
+                 max_calls: int = MAX_CALLS_PER_TURN):
         from lopd.envs.toolworld.tasks import DOMAINS, spec_for
 
         self.task = task
         self.seed = seed  # the episode is fully determined by the task; kept for the protocol
         self.max_steps = max_steps
+        self.max_calls = max_calls
         self.domain_cls: type[Domain] = DOMAINS[task.metadata["domain"]]
         self.spec: TaskSpec = spec_for(task)
         self.tools = self.domain_cls.schemas()
@@ -62,15 +65,15 @@ class ToolWorldEnv:
         if self.done:
             return StepResult([], 0.0, True, self._info(final=True))
         self.steps += 1
-        _, items = parse_in_order(assistant_text, self.tools)
-        observation, calls, errors = answer_calls(items, self.world.call)
+        turn = read_turn(assistant_text, self.tools, self.max_calls)
+        observation, calls, errors = answer_calls(turn, self.world.call)
         self.tool_calls += calls
         self.errors += errors
-        if items and self.steps < self.max_steps:
+        if turn.items and self.steps < self.max_steps:
             return StepResult(observation, 0.0, False, self._info(final=False))
         self.done = True
         info = self._info(final=True)
-        info["truncated"] = bool(items)
+        info["truncated"] = bool(turn.items)
         return StepResult([], info["reward"], True, info)
 
     def score(self) -> tuple[float, list[bool]]:
