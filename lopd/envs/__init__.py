@@ -24,7 +24,8 @@ from lopd.envs.common import MAX_CALLS_PER_TURN
 from lopd.types import Env, Task
 
 SUITES = [
-    "toolworld-train", "toolworld-test", "toolworld-transfer", "code-train", "humaneval",
+    "toolworld-train", "toolworld-test", "toolworld-transfer", "toolworld-rules-train",
+    "toolworld-rules-test", "toolworld-rules-transfer", "code-train", "humaneval",
     "bfcl-multi-turn", "bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context",
 ]
 

@@ -31,13 +31,13 @@ class ToolWorldEnv:
 
     def __init__(self, task: Task, seed: int = 0, max_steps: int = 30,
                  max_calls: int = MAX_CALLS_PER_TURN):
-        from lopd.envs.toolworld.tasks import DOMAINS, spec_for
+        from lopd.envs.toolworld.tasks import domain_class, spec_for
 
         self.task = task
         self.seed = seed  # the episode is fully determined by the task; kept for the protocol
         self.max_steps = max_steps
         self.max_calls = max_calls
-        self.domain_cls: type[Domain] = DOMAINS[task.metadata["domain"]]
+        self.domain_cls: type[Domain] = domain_class(task)
         self.spec: TaskSpec = spec_for(task)
         self.tools = self.domain_cls.schemas()
         self.world: Domain | None = None

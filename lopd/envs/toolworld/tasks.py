@@ -7,7 +7,9 @@ rounding) in a seeded shuffled order, and domains are interleaved, so any prefix
 representative sample. Test prompts that happen to equal a training prompt are skipped.
 
 Splits: ``train`` (400 per training domain), ``test`` (200 over the training domains),
-``transfer`` (120 tasks of the held-out ``smarthome`` domain, never in train or test).
+``transfer`` (120 tasks of the held-out ``smarthome`` domain, never in train or test); and
+``rules-train`` / ``rules-test`` / ``rules-transfer``, the same discipline for the business-rules
+tasks (``lopd.envs.toolworld.rules``).
 """
 
 from __future__ import annotations
@@ -62,7 +64,20 @@ def generate_spec(domain: str, tier: int, seed: int) -> TaskSpec:
 
 def spec_for(task: Task) -> TaskSpec:
     meta = task.metadata
+    if "org" in meta:  # a rules task (lopd.envs.toolworld.rules)
+        from lopd.envs.toolworld.rules import rules_spec
+
+        return rules_spec(meta["domain"], meta["org"], int(meta["tier"]), int(meta["seed"]))[0]
     return generate_spec(meta["domain"], int(meta["tier"]), int(meta["seed"]))
+
+
+def domain_class(task: Task) -> type[Domain]:
+    """The domain of ``task``: its rules domain when it belongs to an organisation."""
+    if "org" in task.metadata:
+        from lopd.envs.toolworld.rules_domains import RULES_DOMAINS
+
+        return RULES_DOMAINS[task.metadata["domain"]]
+    return DOMAINS[task.metadata["domain"]]
 
 
 def make_task(split: str, domain: str, index: int, tier: int, seed: int) -> Task:
@@ -124,8 +139,13 @@ def load_tasks(
 ) -> list[Task]:
     """ToolWorld tasks of ``split``, optionally filtered by tier/domain, first ``n`` kept."""
     mix_items = tuple(sorted((mix or DEFAULT_MIX).items()))
-    tasks = [replace(t, tools=list(t.tools), metadata=dict(t.metadata))
-             for t in _generate_split(split, mix_items)]
+    if split.startswith("rules-"):  # rules-train, rules-test, rules-transfer
+        from lopd.envs.toolworld.rules import generate_rules_split
+
+        generated = generate_rules_split(split.removeprefix("rules-"), mix_items)
+    else:
+        generated = _generate_split(split, mix_items)
+    tasks = [replace(t, tools=list(t.tools), metadata=dict(t.metadata)) for t in generated]
     if tiers is not None:
         keep = set(tiers)
         tasks = [t for t in tasks if t.metadata["tier"] in keep]
