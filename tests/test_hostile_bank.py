@@ -1,13 +1,18 @@
-"""The experience bank refuses invalid rows loudly; the retriever never loses hits to a
-non-finite embedding stored in the bank and never stores one."""
+"""The experience bank refuses invalid rows loudly and stores identities exactly (or refuses
+them); the retriever never loses hits to a non-finite embedding stored in the bank and never
+stores one."""
 
 from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lopd.experience.bank import EMBED_DIM, Experience, ExperienceBank
 from lopd.experience.retriever import HashingEmbedder, Retriever
@@ -140,3 +145,57 @@ def test_retriever_never_stores_a_non_finite_embedding(tmp_path):
     with pytest.raises(ValueError, match="non-finite"):
         retriever.add([row(1, task_text="broken again")])
     assert bank.count() == 1 and len(retriever) == 1
+
+
+# -- identities: stored exactly or refused -----------------------------------------------------
+
+_LONE = ["t\ud800", "\udfff", "a\ud83dz", "ok\udc00", "\ud83d\ude00"]  # the last: a split pair
+_ODD_IDS = ["t\x00", "\x00", " padded ", "\u202eevil", "\ufeffbom", "é" * 3, "\U0001f600",
+            "a\r\nb", "x" * 10_000, "ACC-1'; DROP TABLE experiences; --", "\ufffd"]
+
+
+@pytest.mark.parametrize("value", _LONE)
+@pytest.mark.parametrize("field", ["task_id", "domain"])
+def test_identities_that_would_change_are_refused(tmp_path, field, value):
+    bank = ExperienceBank(tmp_path / "bank.sqlite")
+    bank.add([row(0)])
+    with pytest.raises(ValueError, match=f"experience 1 .*: {field} is not valid Unicode"):
+        bank.add([row(1), row(2, **{field: value}), row(3)])
+    retriever = Retriever(bank, HashingEmbedder(), ann_rows=None)
+    with pytest.raises(ValueError, match=f"{field} is not valid Unicode"):
+        retriever.add([row(4, **{field: value})])
+    assert [e.task_id for e in bank.all()] == ["t0"] and len(retriever) == 1
+
+
+def test_odd_but_valid_identities_round_trip_exactly(tmp_path):
+    bank = ExperienceBank(tmp_path / "bank.sqlite")
+    ids = bank.add([row(i, task_id=t, domain=t) for i, t in enumerate(_ODD_IDS)])
+    assert [(e.task_id, e.domain) for e in bank.get(ids)] == [(t, t) for t in _ODD_IDS]
+    retriever = Retriever(ExperienceBank(tmp_path / "other.sqlite"), HashingEmbedder(),
+                          ann_rows=None)
+    ids = retriever.add([row(i, task_id=t) for i, t in enumerate(_ODD_IDS)])
+    assert [e.task_id for e in retriever.bank.get(ids)] == _ODD_IDS
+    hits = retriever.retrieve([(_ODD_IDS[0], "move money between accounts 0")], j=3)[0]
+    assert _ODD_IDS[0] not in [h.task_id for h in hits]  # self-exclusion sees the same id
+
+
+@settings(max_examples=60, deadline=None)
+@given(task_id=st.text(st.characters(blacklist_categories=()), min_size=1, max_size=12))
+def test_any_task_id_round_trips_or_is_refused(task_id):
+    with tempfile.TemporaryDirectory() as folder:
+        bank = ExperienceBank(Path(folder) / "bank.sqlite")
+        try:
+            (new,) = bank.add([row(0, task_id=task_id)])
+        except ValueError as err:
+            assert "task_id" in str(err) and bank.count() == 0
+            return
+        assert bank.get([new])[0].task_id == task_id
+
+
+def test_free_text_repair_is_only_the_lone_surrogates(tmp_path):
+    retriever = Retriever(ExperienceBank(tmp_path / "bank.sqlite"), HashingEmbedder(),
+                          ann_rows=None)
+    (new,) = retriever.add([row(0, task_text="pay \ud800 \x00 \u202e é", trace="a\udfffb\n")])
+    stored = retriever.bank.get([new])[0]
+    assert stored.task_text == "pay \ufffd \x00 \u202e é" and stored.trace == "a\ufffdb\n"
+    assert np.allclose(stored.embedding, HashingEmbedder().embed([stored.task_text])[0])

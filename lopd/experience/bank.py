@@ -21,8 +21,15 @@ Storage choices
 - Invalid rows are refused loudly, never dropped in silence: ``add`` raises a ``ValueError``
   naming the row and the field for a non-finite or non-numeric reward, a missing or empty
   task id or task text, a trace or domain that is not text, an unknown source, or an embedding of the wrong size or with
-  NaN/inf values (``set_embeddings`` too). Nothing of such a batch is stored. Text holding lone
-  surrogates (not encodable as UTF-8) is stored with them replaced by U+FFFD.
+  NaN/inf values (``set_embeddings`` too). Nothing of such a batch is stored.
+- Identities are stored exactly or refused: ``task_id`` and ``domain`` are compared for
+  equality (self-exclusion in retrieval, ``rollback_to_step``, dedup, per-task eviction), so
+  one that the bank would have to change -- text that is not valid Unicode, i.e. holds a lone
+  surrogate such as ``"\ud800"`` (UTF-8 cannot encode it) -- raises the ``ValueError`` above;
+  every other string (NUL, control and bidi characters, any length) reads back equal.
+- Free text is repaired, not refused: in ``task_text`` and ``trace`` each lone surrogate is
+  replaced by U+FFFD (``lopd.chat.safe_text``; nothing else changes). Dedup hashes the repaired
+  trace, and the retriever embeds the repaired task text.
 
 Eviction (only with ``capacity``): after an insert the bank drops rows until ``count() <=
 capacity``. Victims are rollout rows first: repeatedly take the task with the most rollout
@@ -53,6 +60,7 @@ from lopd.chat import safe_text
 BANK_FILENAME = "bank.sqlite"
 EMBED_DIM = 384
 SOURCES = ("seed", "rollout")
+IDENTITY_FIELDS = ("task_id", "domain")  # stored exactly or refused (module docstring)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiences (
@@ -202,6 +210,12 @@ class ExperienceBank:
             raise ValueError(f"{row}: embedding has {bad} non-finite values (NaN or inf)")
         return arr.tobytes()
 
+    def validate(self, experiences: Iterable[Experience]) -> None:
+        """Raise the ``ValueError`` ``add`` would raise for this batch (nothing is written)."""
+        now = time.time()
+        for index, e in enumerate(experiences):
+            self._validated(index, e, now)
+
     def _validated(self, index: int, e: Experience, now: float) -> tuple:
         """The SQL row of ``e``, or a ``ValueError`` naming the row and the bad field."""
         row = f"experience {index} (task_id={str(e.task_id)[:80]!r})"
@@ -212,6 +226,11 @@ class ExperienceBank:
             if not isinstance(value, str) or (name in ("task_id", "task_text") and not value.strip()):
                 kind = "a non-empty string" if name in ("task_id", "task_text") else "a string"
                 raise ValueError(f"{row}: {name} must be {kind}, got {value!r:.80}")
+            if name in IDENTITY_FIELDS and safe_text(value) is not value:
+                at = next(i for i, ch in enumerate(value) if "\ud800" <= ch <= "\udfff")
+                raise ValueError(f"{row}: {name} is not valid Unicode (lone surrogate "
+                                 f"{value[at]!r} at index {at}); an identity is stored exactly "
+                                 "or refused, never rewritten")
         if isinstance(e.reward, bool) or not isinstance(e.reward, (int, float, np.number)):
             raise ValueError(f"{row}: reward must be a number, got {e.reward!r:.80}")  # noqa: TRY004
         try:
@@ -225,7 +244,7 @@ class ExperienceBank:
         except TypeError:
             raise ValueError(f"{row}: step_added must be an integer, got {e.step_added!r:.80}") from None
         trace = safe_text(e.trace)
-        return (safe_text(e.task_id), safe_text(e.domain), safe_text(e.task_text), trace,
+        return (e.task_id, e.domain, safe_text(e.task_text), trace,
                 hashlib.sha256(trace.encode("utf-8")).hexdigest(), reward, step,
                 e.source, self._blob(e.embedding, row), now)
 

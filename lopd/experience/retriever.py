@@ -73,6 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lopd.chat import safe_text
 from lopd.experience.ann import CertifiedIVF
 from lopd.experience.bank import EMBED_DIM, Experience, ExperienceBank
 
@@ -322,12 +323,15 @@ class Retriever:
         return np.stack([vecs[t] for t in texts]).astype(np.float32, copy=False)
 
     def add(self, experiences: Sequence[Experience]) -> list[int]:
-        """Embed (task text) the experiences that lack an embedding, store them in the bank in
-        one transaction, and index the newly inserted rows. Returns the new bank ids."""
+        """Embed (task text, as the bank stores it) the experiences that lack an embedding, store
+        them in the bank in one transaction, and index the newly inserted rows. Returns the new
+        bank ids. A batch the bank refuses raises its ``ValueError`` before anything is embedded
+        or stored."""
         exps = list(experiences)
+        self.bank.validate(exps)
         todo = [i for i, e in enumerate(exps) if e.embedding is None]
         if todo:
-            vecs = self._embed_unique([exps[i].task_text for i in todo])
+            vecs = self._embed_unique([safe_text(exps[i].task_text) for i in todo])
             for i, v in zip(todo, vecs):
                 exps[i] = dataclasses.replace(exps[i], embedding=v)
         new_ids = self.bank.add(exps)
