@@ -16,7 +16,17 @@ start, and re-scores each step's rollouts under several contexts:
 - ``text`` / ``text-self``: the same J retrieved experiences as a text block;
 - ``own``: the variant's own teacher context, whatever its method builds (for SDPO a sibling's
   successful rollout and the feedback, for OPSD the reference trace, for SDFT the
-  demonstration): ``--variant sdpo-lr5e-4-t0.7-tier1-g8 --contexts own``.
+  demonstration): ``--variant sdpo-lr5e-4-t0.7-tier1-g8 --contexts own``;
+- ``latent-org`` / ``text-org``: on the business-rules suites (``lopd.envs.toolworld.rules``),
+  the J nearest experiences *of the task's own organisation* (other tasks' rows), as latents or
+  as text.
+
+On the rules suites it also measures the shift on the tokens a rule decides
+(``benchmarks.rule_tokens``: the name of the rollout's first call to a prerequisite or a gated
+tool), and the share of retrieved experiences that come from the task's own organisation:
+
+    .venv/bin/python -m benchmarks.teacher_privilege --steps 0,1 \
+        --set data.train_suite=toolworld-rules-train --name rules/teacher_privilege
 
 Per context it reports, over the rollouts that had a context, the mean shift
 ``mean_n (log pT - log pS)`` on successful and on failed rollouts, their difference, and Delta,
@@ -42,6 +52,7 @@ import torch
 from benchmarks.bench_throughput import cpu_line
 from benchmarks.bench_update import build, command_line
 from benchmarks.learning import VARIANTS, WARM_ADAPTER
+from benchmarks.rule_tokens import decision_tokens
 from lopd import trainer as trainer_module
 from lopd.batch import gather_token_logprobs
 from lopd.config import apply, parse_overrides
@@ -53,29 +64,99 @@ CONTEXTS = {
     "latent-self": ("method.context=latent", True),
     "text": ("method.context=text", False),
     "text-self": ("method.context=text", True),
+    "latent-org": ("method.context=latent", False),
+    "text-org": ("method.context=text", False),
     "own": (None, None),
 }
 """Context name -> (override of method.context, whether a task may retrieve its own bank rows);
-None leaves the variant's setting as it is."""
+None leaves the variant's setting as it is. The ``-org`` contexts keep the task's organisation's
+experiences only (``same_org_retrieval``)."""
+SAME_ORG_POOL = 40
+"""Nearest experiences the ``-org`` contexts pick their J same-organisation rows from."""
 
 
-def recording_distill_loss(record: list):
+def recording_distill_loss(record: list, tokenizer=None):
     """``lopd.methods.distill_loss`` that also appends, per scored row, (signal, mean shift,
-    mean entropy gap H(pT) - H(pS)) over its supervised positions."""
+    mean entropy gap H(pT) - H(pS)) over its supervised positions, then (with ``tokenizer``)
+    the mean shift on the tokens a rule decides and which call they name (None, None when the
+    rollout has none: ``benchmarks.rule_tokens``)."""
     original = trainer_module.distill_loss
+    batch_trajs: list = []
+    collate = trainer_module.collate
+
+    def remembering_collate(trajs, *args, **kwargs):
+        batch_trajs[:] = list(trajs)
+        return collate(trajs, *args, **kwargs)
+
+    trainer_module.collate = remembering_collate
 
     def wrapped(method, student, teacher, targets, rows, active, signal, *args, **kwargs):
         for row in range(active.shape[0]):
             at = (rows == row).nonzero().squeeze(-1)
             if bool(active[row]) and at.numel():
                 with torch.no_grad():
-                    shift = (gather_token_logprobs(teacher[at], targets[at])
-                             - gather_token_logprobs(student[at], targets[at])).mean()
+                    shifts = (gather_token_logprobs(teacher[at], targets[at])
+                              - gather_token_logprobs(student[at], targets[at])).float()
                     gap = (entropy(teacher[at]) - entropy(student[at])).mean()
-                record.append((float(signal[row]), float(shift), float(gap)))
+                record.append((float(signal[row]), float(shifts.mean()), float(gap),
+                               *rule_shift(batch_trajs, row, shifts, tokenizer)))
         return original(method, student, teacher, targets, rows, active, signal, *args, **kwargs)
 
     return wrapped
+
+
+def rule_shift(batch_trajs: list, row: int, shifts: torch.Tensor, tokenizer) -> tuple:
+    """(mean shift on the row's rule-deciding tokens, "prerequisite"/"gated"), or (None, None)."""
+    if tokenizer is None or row >= len(batch_trajs):
+        return None, None
+    traj = batch_trajs[row]
+    if sum(traj.action_mask) != shifts.numel():
+        return None, None
+    found = decision_tokens(traj, tokenizer)
+    if found is None:
+        return None, None
+    positions, label = found
+    return float(shifts[positions].mean()), label
+
+
+def same_org_retrieval(provider, pool: int = SAME_ORG_POOL):
+    """A ``retrieve_texts`` for ``provider`` that keeps, per task, the J nearest of its ``pool``
+    nearest experiences whose text names the task's organisation."""
+    from lopd.envs.toolworld.rules_orgs import ORGS
+
+    original = type(provider).retrieve_texts
+
+    def retrieve(tasks, step):
+        j, provider.j = provider.j, pool
+        try:
+            found = original(provider, tasks, step)
+        finally:
+            provider.j = j
+        kept = []
+        for task, texts in zip(tasks, found):
+            org = ORGS.get(task.metadata.get("org", ""))
+            kept.append([t for t in texts if org is None or org.name in t][:j])
+        return kept
+
+    return retrieve
+
+
+def same_org_share(trajs, context) -> list[float]:
+    """Per retrieved experience of ``context``, 1.0 when its text names the task's organisation."""
+    from lopd.envs.toolworld.rules_orgs import ORGS
+
+    texts = getattr(context, "texts", None) or []
+    if len(texts) == len(trajs):
+        tasks = [t.task for t in trajs]
+    else:  # one row per group, in order of first appearance
+        groups = list(dict.fromkeys(t.group for t in trajs))
+        tasks = [next(t.task for t in trajs if t.group == g) for g in groups]
+    found = []
+    for task, block in zip(tasks, texts):
+        org = ORGS.get(task.metadata.get("org", ""))
+        if org is not None:
+            found += [float(org.name in text) for text in block]
+    return found
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -100,21 +181,44 @@ def summarize(rows: list[tuple]) -> dict:
     return {"rows": len(rows), "successes": len(wins), "failures": len(fails),
             "shift_success": [win, win_se], "shift_failure": [fail, fail_se],
             "difference": [win - fail, math.hypot(win_se, fail_se)],
-            "delta": [delta, delta_se], "entropy_gap": [gap, gap_se]}
+            "delta": [delta, delta_se], "entropy_gap": [gap, gap_se],
+            "rule_tokens": summarize_rule_tokens(rows)}
 
 
-def score(trainer, trajs, step: int, contexts: list[str], record: list) -> dict[str, list]:
+def summarize_rule_tokens(rows: list[tuple]) -> dict:
+    """Over the rows with rule-deciding tokens (element 3 not None): their count, Delta on those
+    tokens (mean of (2r - 1) x shift), and the mean shift where the call named the prerequisite
+    and where it named the gated tool, each (mean, SE)."""
+    ruled = [r for r in rows if len(r) > 4 and r[3] is not None]
+    by_label = {label: mean_se([r[3] for r in ruled if r[4] == label])
+                for label in ("prerequisite", "gated")}
+    return {"rows": len(ruled),
+            "prerequisite_rows": sum(r[4] == "prerequisite" for r in ruled),
+            "delta": list(mean_se([r[0] * r[3] for r in ruled])),
+            "shift_prerequisite": list(by_label["prerequisite"]),
+            "shift_gated": list(by_label["gated"])}
+
+
+def score(trainer, trajs, step: int, contexts: list[str], record: list,
+          shares: dict[str, list] | None = None) -> dict[str, list]:
     """Re-score one step's rollouts under each context through the trainer's own update
-    (its backward included; no optimiser step); the recorded (signal, shift) rows."""
+    (its backward included; no optimiser step); the recorded (signal, shift, ...) rows. With
+    ``shares``, each context's same-organisation flags of its retrieved experiences are added."""
     found: dict[str, list] = {}
     for name in contexts:
         override, allow_self = CONTEXTS[name]
         if override is not None:
             apply(trainer.config, parse_overrides([override]))
+        provider = getattr(trainer.rt, "provider", None)
         if allow_self is not None:
-            trainer.rt.provider.allow_self = allow_self
+            provider.allow_self = allow_self
+        if provider is not None:  # the -org contexts filter retrieval; the others do not
+            provider.retrieve_texts = (same_org_retrieval(provider) if name.endswith("-org")
+                                       else type(provider).retrieve_texts.__get__(provider))
         record.clear()
         context = trainer.rt.context(trajs, step)
+        if shares is not None:
+            shares.setdefault(name, []).extend(same_org_share(trajs, context))
         trainer.update(trajs, context, {})
         trainer.rt.zero_grad()
         found[name] = list(record)
@@ -141,12 +245,13 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--contexts: unknown {unknown}; choose from {sorted(CONTEXTS)}")
     record: list = []
-    trainer_module.distill_loss = recording_distill_loss(record)
     per_context: dict[str, list] = {name: [] for name in contexts}
+    shares: dict[str, list] = {}
     steps = [int(s) for s in args.steps.split(",")]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build(args, Path(tmp) / "run")
+        trainer_module.distill_loss = recording_distill_loss(record, trainer.rt.tokenizer)
         setup = time.perf_counter() - started
         trainer.rt.optimizer_step = lambda: None  # every step scores the warm start
         report_file = Path(tmp) / "run" / "coldstart.json"
@@ -156,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
             trajs = trainer.rt.rollout(trainer.sample_tasks(step), step)
             rewards += [t.reward for t in trajs]
             trainer.rt.update_bank(trajs, step)
-            for name, pairs in score(trainer, trajs, step, contexts, record).items():
+            for name, pairs in score(trainer, trajs, step, contexts, record, shares).items():
                 per_context[name] += pairs
             print(f"step {step}: reward {statistics.fmean(t.reward for t in trajs):.3f}, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
@@ -167,9 +272,11 @@ def main(argv: list[str] | None = None) -> None:
         "mean_reward": statistics.fmean(rewards),
         "coldstart": {k: v for k, v in coldstart.items() if k != "train_losses"},
         "contexts": {name: summarize(pairs) for name, pairs in per_context.items()},
+        "same_org_share": {name: list(mean_se(flags)) + [len(flags)]
+                           for name, flags in shares.items() if flags},
     }
     out = Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / args.name).parent.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=2))
     (out / f"{args.name}.md").write_text(report(args, result))
     print((out / f"{args.name}.md").read_text())
@@ -199,7 +306,31 @@ def report(args, result: dict) -> str:
          "rollouts. The margin m is 0.05."), "",
         ("| context | rollouts (successes / failures) | shift, successes | shift, failures | "
          "difference | Delta | entropy gap |"),
-        "|---|---|---|---|---|---|---|", *rows, ""])
+        "|---|---|---|---|---|---|---|", *rows, "", *rule_report(result)])
+
+
+def rule_report(result: dict) -> list[str]:
+    """The rule-token table and the same-organisation share (rules suites only)."""
+    ruled = {n: s["rule_tokens"] for n, s in result["contexts"].items()
+             if s.get("rule_tokens", {}).get("rows")}
+    if not ruled:
+        return []
+    rows = [f"| {name} | {r['rows']} ({r['prerequisite_rows']} prerequisite) | {_pm(r['delta'])} | "
+            f"{_pm(r['shift_prerequisite'])} | {_pm(r['shift_gated'])} | "
+            f"{_share(result, name)} |" for name, r in ruled.items()]
+    return [
+        ("On the tokens a rule decides (`benchmarks.rule_tokens`: the tool name of a rollout's "
+         "first call to a prerequisite or a gated tool of a rule its task meets): Delta there, "
+         "and the shift where that call named the prerequisite (a privileged teacher raises it) "
+         "and where it named the gated tool (a privileged teacher lowers it). Same-org share: "
+         "retrieved experiences from the task's own organisation."), "",
+        ("| context | rollouts with such a call | Delta on rule tokens | shift, prerequisite | "
+         "shift, gated | same-org share |"), "|---|---|---|---|---|---|", *rows, ""]
+
+
+def _share(result: dict, name: str) -> str:
+    share = result.get("same_org_share", {}).get(name)
+    return f"{share[0]:.2f} ({share[2]})" if share else "-"
 
 
 if __name__ == "__main__":

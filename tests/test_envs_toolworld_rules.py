@@ -147,3 +147,26 @@ def test_plain_suites_unchanged_by_rules():
     assert all("org" not in t.metadata for t in plain)
     assert plain[0].tools == DOMAINS[plain[0].domain].schemas()
     assert "verify_identity" not in {s["name"] for s in DOMAINS["banking"].schemas()}
+
+
+def test_decision_tokens_find_the_rule_deciding_call(smol_tokenizer):
+    """``benchmarks.rule_tokens``: in a reference trajectory the rule-deciding tokens spell the
+    prerequisite's name; in a rule-blind one, the gated tool's name."""
+    from dataclasses import replace
+
+    from benchmarks.rule_tokens import decision_tokens
+    from lopd.chat import ChatRenderer
+    from lopd.reference import reference_trajectory
+
+    renderer = ChatRenderer(smol_tokenizer)
+    task = next(t for t in split("test") if t.metadata["rules"] == ["nw-freeze"])
+    blind = replace(task, reference="\n".join(format_tool_call(n, a) for n, a in rule_blind(task)))
+    for this, label, name in ((task, "prerequisite", "verify_identity"),
+                              (blind, "gated", "freeze_account")):
+        traj = reference_trajectory(this, renderer)
+        positions, found = decision_tokens(traj, smol_tokenizer)
+        actions = [tok for tok, bit in zip(traj.input_ids, traj.action_mask) if bit]
+        assert found == label
+        assert smol_tokenizer.decode([actions[i] for i in positions]).strip() == name
+    plain = load_suite("toolworld-test", n=1)[0]
+    assert decision_tokens(reference_trajectory(plain, renderer), smol_tokenizer) is None
