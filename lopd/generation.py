@@ -458,7 +458,9 @@ class HFBackend:
                 tokens = sample_rows(logits, params, generator, rows, len(prompts))
             tokens = tokens.masked_fill(done, self.pad_id)  # (B,)
             window.append(tokens)
-            done = done | torch.isin(tokens, stop_ids)
+            # a comparison, not torch.isin: with many stop ids isin sorts and finds unique
+            # values on the device, which reads sizes back to the host at every step
+            done = done | (tokens[:, None] == stop_ids).any(dim=-1)
             last = step == params.max_new_tokens - 1
             if not last and (step + 1) % self.sync_every:
                 attention = torch.cat([attention, (~done)[:, None].to(attention.dtype)], dim=-1)
