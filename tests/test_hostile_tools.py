@@ -100,10 +100,19 @@ def test_seeded_fuzz_run_finds_nothing():
     assert report.calls_ok > 100  # the run does reach the tools, not only the parser
 
 
+def test_fuzz_with_many_calls_turns_stays_fast():
+    """A fifth of the 20,000-turn run (which takes about 35 s with rendering on 2 shared
+    cores; the bound is 2 minutes), many_calls turns included, at a fifth of the bound."""
+    report = run_fuzz(steps=4000, seed=3)
+    assert report.steps == 4000 and report.failures == 0, report.examples
+    assert report.seconds < 24 and report.slowest_step < 1.0
+
+
 @pytest.mark.slow
 def test_twenty_thousand_fuzzed_steps_raise_nothing(renderer):
     report = run_fuzz(steps=20_000, seed=0, renderer=renderer)
     assert report.steps == 20_000 and report.failures == 0, report.examples
+    assert report.seconds < 120
 
 
 # -- parsing -----------------------------------------------------------------------------------

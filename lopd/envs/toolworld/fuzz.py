@@ -1,6 +1,8 @@
 """Hostile tool calls for ToolWorld: a seeded generator and a runner that counts what breaks.
 
-``hostile_turn`` writes an assistant turn of one to three ``<tool_call>`` blocks aimed at the
+``hostile_turn`` writes an assistant turn of one to three ``<tool_call>`` blocks (now and then
+one block repeated hundreds to tens of thousands of times, up to a megabyte: the ``many_calls``
+kind, which the cap on calls per turn must answer in bounded time) aimed at the
 places where model output has crashed or corrupted environments: JSON nested thousands of
 levels deep, integer literals of thousands of digits, ``1e309``/``NaN``/``Infinity``,
 lone surrogates and control characters, megabyte strings, booleans or lists where numbers or
@@ -11,8 +13,9 @@ get through and change the state: hostile values must fail without leaving a tra
 
 ``run_fuzz(steps)`` plays episodes across every domain and reports the steps whose
 ``env.step`` raised, observations that are not valid Unicode or do not render (with a
-tokenizer), finished states that break an invariant (``Domain.state_problems``, or a generic
-non-finite/time check where that method does not exist) and rewards outside [0, 1]. It also
+tokenizer), turns answered with more observations than the cap allows (``uncapped``), finished
+states that break an invariant (``Domain.state_problems``, or a generic non-finite/time check
+where that method does not exist) and rewards outside [0, 1]; it records the slowest step. It also
 parses every turn without schemas, as BFCL's relaxed parsing does. Run it with
 ``python -m lopd.envs.toolworld.fuzz --steps 20000``.
 """
@@ -179,6 +182,10 @@ def hostile_turn(rng: random.Random, schemas: list[dict[str, Any]], state: Any,
     strings, known = _state_strings(state), known or {}
     if rng.random() < 0.03:
         return rng.choice(["Done.", "", "<tool_call", "</tool_call>", "\ud800"])
+    if rng.random() < 0.005:  # many_calls: one block over and over, up to about a megabyte
+        block = _block(rng, schemas, strings, known)
+        count = min(rng.choice([100, 1000, 10_000]), max(1, 1_000_000 // len(block)))
+        return "\n".join([block] * count)
     blocks = [_block(rng, schemas, strings, known) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
     text = rng.choice(["", "Let me do that. ", "\x00", "\ud800 "])
     return text + "\n".join(blocks)
@@ -195,14 +202,17 @@ class FuzzReport:
     corrupt_states: Counter = field(default_factory=Counter)  # domain -> episodes
     bad_rewards: int = 0
     parse_raised: int = 0
+    uncapped: int = 0  # turns answered with more than max_calls + 1 observations
     calls_ok: int = 0
     call_errors: int = 0
     seconds: float = 0.0
+    slowest_step: float = 0.0  # seconds of the slowest env.step
 
     @property
     def failures(self) -> int:
         return (sum(self.raised.values()) + self.bad_observations + self.render_failures
-                + sum(self.corrupt_states.values()) + self.bad_rewards + self.parse_raised)
+                + sum(self.corrupt_states.values()) + self.bad_rewards + self.parse_raised
+                + self.uncapped)
 
     def note(self, text: str) -> None:
         if len(self.examples) < 20:
@@ -265,12 +275,17 @@ def _episode(report: FuzzReport, env: ToolWorldEnv, rng: random.Random, budget: 
         except Exception as err:  # noqa: BLE001
             report.parse_raised += 1
             report.note(f"parse {type(err).__name__}: {text[:200]!r}")
+        start = time.perf_counter()
         try:
             result = env.step(text)
         except Exception as err:  # noqa: BLE001 - what this runner counts
             report.raised[type(err).__name__] += 1
             report.note(f"{env.task.metadata['domain']} {type(err).__name__}: {text[:200]!r}")
             return
+        report.slowest_step = max(report.slowest_step, time.perf_counter() - start)
+        if len(result.observation) > env.max_calls + 1:
+            report.uncapped += 1
+            report.note(f"{len(result.observation)} observations for one turn")
         for message in result.observation:
             _check_observation(report, message, renderer)
             failed = str(message.get("content", "")).startswith('{"error"')
@@ -324,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "raised": dict(report.raised), "bad_observations": report.bad_observations,
         "render_failures": report.render_failures, "corrupt_states": dict(report.corrupt_states),
         "bad_rewards": report.bad_rewards, "parse_raised": report.parse_raised,
+        "uncapped": report.uncapped, "slowest_step": round(report.slowest_step, 3),
         "calls_ok": report.calls_ok, "call_errors": report.call_errors,
         "failures": report.failures, "examples": report.examples,
     }, indent=1, ensure_ascii=True))
