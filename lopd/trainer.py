@@ -247,8 +247,7 @@ class Trainer:
                 self.step += 1
                 self.log(metrics)
                 history.append(metrics)
-                status = (f"reward {metrics['reward']:.2f} distill {metrics['distill']:.3f} "
-                          f"beta {metrics['beta']:.3f} ({metrics['time/total']:.0f} s)")
+                status = step_status(cfg.method.name, metrics)
                 bar.update(job, completed=self.step, status=status)
                 if not bar.console.is_terminal and self.main:  # logs to a file: one line a step
                     bar.console.print(f"step {self.step}/{cfg.optim.steps}: {status}")
@@ -257,6 +256,20 @@ class Trainer:
                 if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.optim.steps:
                     self.checkpoint()
         return history
+
+
+def step_status(method: str, metrics: dict) -> str:
+    """The progress line of one step, with the quantities ``method`` has: GRPO has no teacher
+    (the rows with a non-zero group advantage instead of a divergence), the distillation
+    baselines no margin, LOPD its privilege Delta and dual variable beta."""
+    parts = [f"reward {metrics['reward']:.2f}"]
+    if method == "grpo":
+        parts.append(f"signal rows {metrics['signal_rows']}")
+    else:
+        parts.append(f"distill {metrics['distill']:.3f}")
+    if method == "lopd":
+        parts.append(f"delta {metrics['delta']:+.3f} beta {metrics['beta']:.3f}")
+    return " ".join(parts) + f" ({metrics['time/total']:.0f} s)"
 
 
 def _zero_term(*outputs: torch.Tensor | None) -> torch.Tensor:

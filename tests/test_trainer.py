@@ -363,3 +363,18 @@ def test_exact_update_options_give_the_same_gradients(tmp_path, method, option):
     assert len(plain[3]) == len(changed[3]) > 0
     for a, b in zip(changed[3], plain[3], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_step_status_shows_the_quantities_of_its_method():
+    from lopd.trainer import step_status
+
+    metrics = {"reward": 0.5, "distill": 0.0123, "delta": 0.004, "beta": 0.25, "signal_rows": 6,
+               "time/total": 12.0}
+    grpo = step_status("grpo", metrics)
+    assert "signal rows 6" in grpo and "distill" not in grpo and "beta" not in grpo
+    sdft = step_status("sdft", metrics)
+    assert "distill 0.012" in sdft and "beta" not in sdft and "delta" not in sdft
+    lopd = step_status("lopd", metrics)
+    assert "distill 0.012" in lopd and "delta +0.004" in lopd and "beta 0.250" in lopd
+    assert all(line.startswith("reward 0.50") and line.endswith("(12 s)")
+               for line in (grpo, sdft, lopd))
