@@ -1,11 +1,11 @@
-"""Atomic checkpoints with keep-last-N, and export of the deployable student.
+"""Atomic checkpoints with keep-last-N (export of the deployable student: ``lopd.policy``).
 
 A checkpoint is a directory ``RUN/checkpoints/step-NNNNNN`` holding one entry per part
 (``student/`` as a PEFT adapter or full HF directory, ``composer/``, ``optim.pt``,
 ``state.json``, ``rng.pt``, ``config.yaml``). Under ``dist.strategy=fsdp`` ``student/`` and
 ``student_optim/`` hold every process's shards instead (``torch.distributed.checkpoint``,
-``lopd.fsdp``); export turns them back into a plain HF model directory. It is written under a temporary name, every file
-is flushed to disk, and it is renamed into place only when complete (``lopd.atomic``), so a
+``lopd.fsdp``); export turns them back into a plain HF model directory.
+A checkpoint is written under a temporary name, every file is flushed to disk, and it is renamed into place only when complete (``lopd.atomic``), so a
 run killed mid-write never leaves a checkpoint that looks valid. Its ``COMPLETE`` marker lists
 every file with its size: a checkpoint damaged later (a file missing or truncated) is
 recognised (``checkpoint_problem``) and skipped, and resume picks the newest intact one. The
@@ -132,37 +132,3 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-
-
-def export_student(run_dir: str | Path, out: str | Path, merge: bool = False) -> Path:
-    """Copy the newest checkpoint's student to ``out`` (an HF or PEFT directory).
-
-    With ``merge``, a LoRA student is merged into its base -- warm start (``model.init_adapter``)
-    included, merged first as in training -- and saved as a full HF model that
-    ``AutoModelForCausalLM.from_pretrained(out)`` loads without lopd; a sharded student
-    (``dist.strategy=fsdp``) is read into one process and saved the same way. Without
-    ``merge`` a LoRA student is written as its PEFT adapter; when the run had a warm start, that adapter is a
-    delta on the *warm-started* base, which ``OUT/lopd_base.json`` names.
-    """
-    import json
-
-    from lopd.fsdp import is_sharded_dir
-    from lopd.policy import load_run_policy, run_config, run_student_dir
-
-    student, out = run_student_dir(run_dir), Path(out)
-    is_adapter = (student / "adapter_config.json").is_file()
-    shutil.rmtree(out, ignore_errors=True)
-    if is_adapter and merge or is_sharded_dir(student):
-        merged, tokenizer = load_run_policy(run_dir, dtype="fp32", device="cpu")
-        merged.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        return out
-    shutil.copytree(student, out)
-    model = run_config(run_dir)["model"]
-    init_adapter = model.get("init_adapter", "")
-    if is_adapter and init_adapter:
-        base = {"model": model["name"], "init_adapter": init_adapter,
-                "note": "this adapter applies on top of model + init_adapter merged; "
-                        "`lopd export --merge` writes the complete model"}
-        (out / "lopd_base.json").write_text(json.dumps(base, indent=2) + "\n")
-    return out

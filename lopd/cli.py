@@ -129,7 +129,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from lopd.preflight import check_export
 
     check_export(args)
-    from lopd.checkpoint import export_student
+    from lopd.policy import export_student
 
     print(export_student(args.run, args.out, merge=args.merge))
     return 0

@@ -10,6 +10,8 @@ export and inspection see exactly the weights training used:
   resolved ``config.yaml`` (model name, ``model.init_adapter``, LoRA or full student). A LoRA
   student trained on a warm start is a delta on the *merged* warm-started weights, so the warm
   start must be merged before it (``lopd.models.load_model``).
+- ``export_student(run_dir, out)``: that student written out as a PEFT adapter or, merged, as
+  a plain HF model directory (``lopd export``).
 """
 
 from __future__ import annotations
@@ -64,3 +66,37 @@ def load_run_policy(run_dir: str | Path, dtype: str = "auto", device: str = "aut
         return load_sharded_policy(config, student, dtype, device)
     # full fine-tuning: the checkpoint holds the whole student (warm start already in it)
     return load_model(str(student), dtype=dtype, device=device)
+
+
+def export_student(run_dir: str | Path, out: str | Path, merge: bool = False) -> Path:
+    """Copy the newest checkpoint's student to ``out`` (an HF or PEFT directory).
+
+    With ``merge``, a LoRA student is merged into its base -- warm start (``model.init_adapter``)
+    included, merged first as in training -- and saved as a full HF model that
+    ``AutoModelForCausalLM.from_pretrained(out)`` loads without lopd; a sharded student
+    (``dist.strategy=fsdp``) is read into one process and saved the same way. Without
+    ``merge`` a LoRA student is written as its PEFT adapter; when the run had a warm start, that adapter is a
+    delta on the *warm-started* base, which ``OUT/lopd_base.json`` names.
+    """
+    import json
+    import shutil
+
+    from lopd.fsdp import is_sharded_dir
+
+    student, out = run_student_dir(run_dir), Path(out)
+    is_adapter = (student / "adapter_config.json").is_file()
+    shutil.rmtree(out, ignore_errors=True)
+    if is_adapter and merge or is_sharded_dir(student):
+        merged, tokenizer = load_run_policy(run_dir, dtype="fp32", device="cpu")
+        merged.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+    shutil.copytree(student, out)
+    model = run_config(run_dir)["model"]
+    init_adapter = model.get("init_adapter", "")
+    if is_adapter and init_adapter:
+        base = {"model": model["name"], "init_adapter": init_adapter,
+                "note": "this adapter applies on top of model + init_adapter merged; "
+                        "`lopd export --merge` writes the complete model"}
+        (out / "lopd_base.json").write_text(json.dumps(base, indent=2) + "\n")
+    return out

@@ -110,7 +110,7 @@ def test_one_sharded_step_equals_one_process(sharded_step, tmp_path):
 def test_sharded_run_exports_the_trained_model(sharded_step, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from lopd.checkpoint import export_student
+    from lopd.policy import export_student
 
     out = export_student(sharded_step, tmp_path / "export")
     assert not list(out.glob("*.distcp"))

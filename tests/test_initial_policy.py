@@ -93,8 +93,7 @@ def test_missing_warm_start_is_a_clear_error(tmp_path):
 def test_export_and_run_policy_equal_trained_student(tmp_path, student):
     from transformers import AutoModelForCausalLM
 
-    from lopd.checkpoint import export_student
-    from lopd.policy import load_run_policy
+    from lopd.policy import export_student, load_run_policy
     from lopd.trainer import Trainer
 
     adapter = _warm_start(tmp_path)
@@ -120,7 +119,7 @@ def test_export_and_run_policy_equal_trained_student(tmp_path, student):
 def test_unmerged_export_names_its_warm_started_base(tmp_path):
     import json
 
-    from lopd.checkpoint import export_student
+    from lopd.policy import export_student
     from lopd.trainer import Trainer
 
     adapter = _warm_start(tmp_path)

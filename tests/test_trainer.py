@@ -211,7 +211,7 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path):
 def test_export_gives_a_plain_hf_model_equal_to_the_student(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from lopd.checkpoint import export_student
+    from lopd.policy import export_student
     from lopd.teacher import adapters_disabled
 
     trainer = Trainer(_config(tmp_path, "opsd"))
