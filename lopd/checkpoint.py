@@ -4,9 +4,10 @@ A checkpoint is a directory ``RUN/checkpoints/step-NNNNNN`` holding one entry pe
 (``student/`` as a PEFT adapter or full HF directory, ``composer/``, ``optim.pt``,
 ``state.json``, ``rng.pt``, ``config.yaml``). Under ``dist.strategy=fsdp`` ``student/`` and
 ``student_optim/`` hold every process's shards instead (``torch.distributed.checkpoint``,
-``lopd.fsdp``); export turns them back into a plain HF model directory.
-A checkpoint is written under a temporary name, every file is flushed to disk, and it is renamed into place only when complete (``lopd.atomic``), so a
-run killed mid-write never leaves a checkpoint that looks valid. Its ``COMPLETE`` marker lists
+``lopd.fsdp``); export turns them back into a plain HF model directory. A checkpoint is
+written under a temporary name, every file is flushed to disk, and it is renamed into place
+only when complete (``lopd.atomic``), so a run killed mid-write never leaves a checkpoint that
+looks valid. Its ``COMPLETE`` marker lists
 every file with its size: a checkpoint damaged later (a file missing or truncated) is
 recognised (``checkpoint_problem``) and skipped, and resume picks the newest intact one. The
 experience bank is already persistent (SQLite) and is not copied.
