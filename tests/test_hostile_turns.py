@@ -263,3 +263,27 @@ def test_the_journal_reports_non_finite_values_written():
     assert sorted(map(str, journal.commit())) == ["('b',)", "(0, 'x', 0)"]
     journal.undo()
     assert state == {"a": {"b": 1.0}, "log": []}
+
+
+def test_changes_made_outside_a_call_are_still_undone_later():
+    from lopd.envs.toolworld.banking import Banking
+    from lopd.envs.toolworld.base import Param, tool
+
+    class Crashing(Banking):
+        @tool("Change a balance, then crash.", account_id=Param("string", "Account id."))
+        def crash(self, account_id):
+            self.state["accounts"][account_id]["balance"] = 1.0
+            self.state["accounts"][account_id].setdefault("notes", []).append("half-done")
+            raise RuntimeError("boom")
+
+    world = Crashing(banking_env()[0].world.state)
+    world.state["accounts"]["ACC-0000"] = {"owner": "X", "type": "checking", "balance": 5.0,
+                                           "frozen": False}  # a plain dict, stored outside a call
+    for domain in (world, copy.deepcopy(world)):  # the copy's state is plain throughout
+        before = copy.deepcopy(domain.state)
+        assert "boom" in domain.call("crash", {"account_id": "ACC-0000"})["error"]
+        assert domain.state == before
+        assert domain.call("withdraw", {"account_id": "ACC-0000", "amount": 5.0})["balance"] == 0
+        assert "boom" in domain.call("crash", {"account_id": "ACC-0000"})["error"]
+        assert domain.state["accounts"]["ACC-0000"] == {**before["accounts"]["ACC-0000"],
+                                                        "balance": 0.0}

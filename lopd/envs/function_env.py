@@ -241,7 +241,7 @@ class FunctionEnv:
         copying the state: the journal records what the call changes."""
         if self.service is None:
             return self.box.call(name, arguments)
-        root = self.service.state
+        root = self.service.state = self.journal.adopt(self.service.state)
         self.journal.begin()
         result = self.box.call(name, arguments)
         failed = isinstance(result, dict) and set(result) == {"error"}

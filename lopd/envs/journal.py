@@ -16,6 +16,9 @@ Copies of tracked containers (``copy.copy``, ``copy.deepcopy``, pickling) are pl
 
 Not logged: mutations of objects other than dicts and lists inside the state (sets, custom
 objects: a JSON-like state has none) and mutations made outside ``begin()``..``commit()``.
+Such outside mutations may store plain containers; they mark the journal ``dirty``, and
+``adopt(state)`` (which the environments call before each call) then puts tracked copies in
+their place.
 """
 
 from __future__ import annotations
@@ -33,6 +36,30 @@ class Journal:
     def __init__(self) -> None:
         self.log: list[tuple] = []
         self.recording = False
+        self.dirty = False  # changed outside a call: may hold plain containers
+
+    def adopt(self, state: Any) -> Any:
+        """``state`` with every plain dict/list in it replaced by a tracked copy (the root is
+        replaced only if it is not tracked here). Costs nothing unless ``state`` is not tracked by this journal or
+        the journal is ``dirty``; then one walk of the state."""
+        tracked = (TrackedDict, TrackedList)
+        if type(state) in tracked and state._journal is self and not self.dirty:
+            return state
+        self.dirty = False
+        root = _track(state, self) if type(state) in (dict, list) or (
+            type(state) in tracked and state._journal is not self) else state
+        stack = [root] if type(root) in tracked else []
+        while stack:
+            node = stack.pop()
+            keys = list(node.keys()) if isinstance(node, dict) else range(len(node))
+            for key in keys:
+                child = node[key]
+                if type(child) in (dict, list) or (type(child) in tracked
+                                                   and child._journal is not self):
+                    _store(node, key, _track(child, self))
+                elif type(child) in tracked:
+                    stack.append(child)
+        return root
 
     def begin(self) -> None:
         self.log.clear()
@@ -127,10 +154,14 @@ class TrackedDict(dict):
     def _key(self, key: Any) -> None:
         if self._journal.recording:
             self._journal.note(("key", self, key, dict.get(self, key, _ABSENT)))
+        else:
+            self._journal.dirty = True
 
     def _all(self) -> None:
         if self._journal.recording:
             self._journal.note(("items", self, dict(self)))
+        else:
+            self._journal.dirty = True
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._key(key)
@@ -186,10 +217,14 @@ class TrackedList(list):
     def _grow(self) -> None:
         if self._journal.recording:
             self._journal.note(("length", self, len(self)))
+        else:
+            self._journal.dirty = True
 
     def _all(self) -> None:
         if self._journal.recording:
             self._journal.note(("list", self, list(self)))
+        else:
+            self._journal.dirty = True
 
     def append(self, value: Any) -> None:
         self._grow()

@@ -250,6 +250,7 @@ class Domain:
         problems = validate_arguments(arguments, self._schemas_by_name()[name])
         if problems:
             return {"error": "; ".join(problems)}
+        self.state = self.journal.adopt(self.state)  # in case it was changed outside a call
         known, root = self._known_problems(), self.state
         self.journal.begin()
         try:
