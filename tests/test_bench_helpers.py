@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from benchmarks.bench_demo_eval import parse_caps
-from benchmarks.bench_dtype import _run_name, linear_call_times
-from benchmarks.heldout_fragility import decisions, is_distillation
+from benchmarks.studies.bench_demo_eval import parse_caps
+from benchmarks.studies.bench_dtype import _run_name, linear_call_times
+from benchmarks.studies.heldout_fragility import decisions, is_distillation
 from benchmarks.teacher_privilege import CONTEXTS, summarize
 
 

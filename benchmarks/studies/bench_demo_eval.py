@@ -9,7 +9,7 @@ token cap is the other lever. This benchmark evaluates the same student (the com
 start, or ``--adapter``) at each cap (``TURNSxTOKENS``) in one process, interleaved, and reports
 seconds per evaluation, success, and how many tasks change outcome against the first cap.
 
-    .venv/bin/python -m benchmarks.bench_demo_eval --caps 4x96,3x96,3x64 --dtype fp32
+    .venv/bin/python -m benchmarks.studies.bench_demo_eval --caps 4x96,3x96,3x64 --dtype fp32
 
 Writes ``benchmarks/results/demo_eval_turns.md`` (with `lopd info`'s CPU line).
 """
@@ -20,7 +20,7 @@ import argparse
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "demo_eval_turns.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "demo_eval_turns.md"
 
 
 def parse_caps(text: str) -> list[tuple[int, int]]:
@@ -95,7 +95,7 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
     rows = measure(caps, args.dtype, args.repeats, args.adapter, args.threads)
-    print(write(rows, args.dtype, "python -m benchmarks.bench_demo_eval " + " ".join(sys.argv[1:])))
+    print(write(rows, args.dtype, "python -m benchmarks.studies.bench_demo_eval " + " ".join(sys.argv[1:])))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ the student's own greedy episodes of held-out ToolWorld tasks. For each trained 
 - **the cost**: decoding the episodes in each (merged weights, as training does), and one
   forward + backward of a micro-batch, interleaved over ``--repeats`` rounds.
 
-    .venv/bin/python -m benchmarks.bench_dtype --adapters A[,B...] [--tasks 16] [--threads 1]
+    .venv/bin/python -m benchmarks.studies.bench_dtype --adapters A[,B...] [--tasks 16] [--threads 1]
 
-Writes ``benchmarks/results/dtype.{json,md}``.
+Writes ``benchmarks/results/studies/dtype.{json,md}``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from lopd.models import load_model, setup_runtime
 from lopd.rollout import RolloutConfig
 from lopd.teacher import student_logits
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parents[1] / "results" / "studies"
 WARM = "benchmarks/results/learning/warm-start-adapter"
 MODES = ("bf16 autocast, unmerged", "bf16 autocast, merged", "fp32, merged")
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     linear = linear_call_times()
     runs = [measure(adapter, args) for adapter in args.adapters.split(",")]
     result = {"linear_call_us": linear, "args": vars(args), "cpu": cpu_line(), "load": [round(load, 2), round(os.getloadavg()[0], 2)],
-              "command": "python -m benchmarks.bench_dtype " + " ".join(
+              "command": "python -m benchmarks.studies.bench_dtype " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
               "runs": runs}
     RESULTS.mkdir(parents=True, exist_ok=True)

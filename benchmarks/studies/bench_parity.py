@@ -12,8 +12,8 @@ context.
 The anchor reduction is not a variant here: at step 0 the composer is phi_0, so c = c0 and the
 anchor and its gradient are zero whatever the reduction.
 
-    .venv/bin/python benchmarks/bench_parity.py --adapter runs/sft/adapter \
-        --out benchmarks/results/parity.md
+    .venv/bin/python benchmarks/studies/bench_parity.py --adapter runs/sft/adapter \
+        --out benchmarks/results/studies/parity.md
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def markdown(rows: list[dict], args, cpu: str) -> str:
     lines = [
         "# Parity: lopd's choices vs the authors', one at a time (SmolLM2-135M + warm start)",
         "",
-        (f"Command: `.venv/bin/python benchmarks/bench_parity.py --adapter {args.adapter} "
+        (f"Command: `.venv/bin/python benchmarks/studies/bench_parity.py --adapter {args.adapter} "
         f"--seed-experiences {args.seed_experiences} --cold-start-steps {args.cold_start_steps} "
         f"--cold-start-batch {args.cold_start_batch} --tasks {args.tasks} --group {args.group} "
         f"--max-steps {args.max_steps} --max-new-tokens {args.max_new_tokens} "
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="configs/toolworld-smollm2.yaml")
     parser.add_argument("--adapter", default="runs/sft/adapter")
     parser.add_argument("--work", default="runs/parity")
-    parser.add_argument("--out", default="benchmarks/results/parity.md")
+    parser.add_argument("--out", default="benchmarks/results/studies/parity.md")
     parser.add_argument("--variants", default="", help="comma-separated subset (names' prefixes)")
     parser.add_argument("--seed-experiences", type=int, default=150)
     parser.add_argument("--cold-start-steps", type=int, default=30)

@@ -16,10 +16,10 @@ step that caused the drift. This script:
 4. groups the tasks by how many of the sweep's distillation runs lost them (their committed
    per-task results) and reports each group's closeness.
 
-    .venv/bin/python -m benchmarks.heldout_fragility \\
+    .venv/bin/python -m benchmarks.studies.heldout_fragility \\
         --students sdpo-lr5e-5-t0.7-tier1-g8-s0@8,sdpo-lr5e-5-t0.7-tier1-g8-s0@24
 
-Writes ``benchmarks/results/heldout_fragility.{json,md}``.
+Writes ``benchmarks/results/studies/heldout_fragility.{json,md}``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import torch
 
 from benchmarks.learning import OUT, RESULTS, RUNS, WARM_ADAPTER, adapter_fingerprint
 from lopd.evaluate import standard_error
+
+STUDIES = RESULTS / "studies"
 
 DISTILLATION = ("sdpo", "opsd", "sdft", "skill-sd")
 """Methods whose runs (no reward in the loss) ended below the warm start (RESULTS.md)."""
@@ -146,7 +148,7 @@ def measure(args) -> dict:
         del policy
     for row in rows.values():
         del row["chosen"]
-    return {"command": shlex.join([sys.executable, "-m", "benchmarks.heldout_fragility",
+    return {"command": shlex.join([sys.executable, "-m", "benchmarks.studies.heldout_fragility",
                                    *sys.argv[1:]]),
             "replay_seconds": round(replay_s, 1), "turns": args.turns, "tokens": args.tokens,
             "students": args.students, "tasks": rows}
@@ -202,7 +204,7 @@ def report(result: dict, cpu: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.bench_throughput import cpu_line
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.heldout_fragility",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.heldout_fragility",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--students", default="", help="comma-separated VARIANT-sSEED@STEP checkpoints "
                    "of the learning sweep to teacher-force the warm start's episodes through")
@@ -215,14 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.students = [s for s in args.students.split(",") if s]
     if args.rewrite:
-        result = json.loads((RESULTS / f"{args.name}.json").read_text())
+        result = json.loads((STUDIES / f"{args.name}.json").read_text())
         cpu = result["cpu"]
     else:
         result, cpu = measure(args), cpu_line()
-        (RESULTS / f"{args.name}.json").write_text(json.dumps({**result, "cpu": cpu}, indent=1)
+        (STUDIES / f"{args.name}.json").write_text(json.dumps({**result, "cpu": cpu}, indent=1)
                                                    + "\n")
     text = report(result, cpu)
-    (RESULTS / f"{args.name}.md").write_text(text)
+    (STUDIES / f"{args.name}.md").write_text(text)
     print(text)
     return 0
 

@@ -3,11 +3,11 @@ DDP vs FSDP (``dist.strategy``), with and without activation checkpointing.
 
 A back-of-the-envelope model, not a measurement: parameter counts come from the published
 architectures; every other number is an assumption listed in the report it writes
-(``benchmarks/results/memory_model.md``). The one measured GPU peak in this repository (a
+(``benchmarks/results/studies/memory_model.md``). The one measured GPU peak in this repository (a
 Qwen3-4B-shaped model on an H200, ``benchmarks/results/gpu.md``) is estimated with the same
 formulas at the end of the report, as a check on them.
 
-    python benchmarks/memory_model.py [--gpus 8] [--out benchmarks/results/memory_model.md]
+    python benchmarks/studies/memory_model.py [--gpus 8] [--out benchmarks/results/studies/memory_model.md]
 
 Phases (the peak is the largest): *update* (the step's forwards and backwards, micro-batch by
 micro-batch), *rollout* (generation with a KV cache) and, for FSDP, *compose* (the composer's
@@ -196,8 +196,8 @@ def report(gpus: int) -> str:
     lines = [
         "# Estimated per-GPU memory: Qwen3-4B and Qwen3-8B, LoRA vs full, DDP vs FSDP",
         "",
-        (f"Command: `python benchmarks/memory_model.py --gpus {gpus}` (a model, not a "
-        "measurement; `benchmarks/memory_model.py` holds every formula). GiB per GPU, "
+        (f"Command: `python benchmarks/studies/memory_model.py --gpus {gpus}` (a model, not a "
+        "measurement; `benchmarks/studies/memory_model.py` holds every formula). GiB per GPU, "
         "LOPD (the heaviest method: its teacher keeps a graph for the latents' gradient)."),
         "",
         *table(gpus, w),
@@ -246,8 +246,8 @@ def report(gpus: int) -> str:
         "",
         ("The estimate comes in under the measurement: transient tensors (casts, concatenations, "
         "the fp32 upcasts of the loss) that this model does not list add to the peak. Read the "
-        "table as a lower bound and keep ~25% headroom. The CPU peaks in `memory.md` and "
-        "`memory_checkpointing.md` (SmolLM2-135M, eager attention, which stores the score "
+        "table as a lower bound and keep ~25% headroom. The CPU peaks in `../memory.md` and "
+        "`../memory_checkpointing.md` (SmolLM2-135M, eager attention, which stores the score "
         "matrices) are not comparable with these GPU formulas; they agree in direction: "
         "activation checkpointing cut LOPD's update peak by 22% there (9.8 -> 7.7 GB)."),
         "",
@@ -271,7 +271,7 @@ def report(gpus: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--out", default="benchmarks/results/memory_model.md")
+    parser.add_argument("--out", default="benchmarks/results/studies/memory_model.md")
     args = parser.parse_args()
     text = report(args.gpus)
     Path(args.out).write_text(text)
