@@ -93,7 +93,7 @@ def load_suite(name: str, n: int | None = None) -> list[Task]:
     if ":" in name:
         from lopd.envs.plugins import load_plugin
 
-        tasks = load_plugin(name).tasks
+        tasks = load_plugin(name, make_env).tasks
         return [replace(t, tools=copy.deepcopy(t.tools), metadata=copy.deepcopy(t.metadata))
                 for t in (tasks[:n] if n is not None else tasks)]
     raise ValueError(f"unknown suite {name!r}; {SUITE_FORMS}")
@@ -145,7 +145,7 @@ def _user_env(kind: str, task: Task, seed: int, max_steps: int, max_calls: int) 
                            max_steps=max_steps, max_calls=max_calls)
     if kind == "plugin":
         name = task.metadata["plugin"]
-        return build_env(load_plugin(name), name, task, seed, max_steps, max_calls)
+        return build_env(load_plugin(name, make_env), name, task, seed, max_steps, max_calls)
     ref = task.metadata["env_maker"]
     return build_env(PluginSuite([], resolve(ref)), ref, task, seed, max_steps, max_calls)
 

@@ -26,29 +26,22 @@ kept, and a note says what was left out), and each observation message is cut to
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from lopd.chat import clip
 from lopd.envs.common import MAX_CALLS_PER_TURN, bound_turn, bounded_text, cap_note
+from lopd.envs.references import (
+    PluginError,
+    PluginTypeError,
+    is_plugin_name,
+    one_line_error,
+    resolve,
+)
 from lopd.types import Env, ResetResult, StepResult, Task
-
-
-class PluginError(ValueError):
-    """A plugin that cannot be imported or used (one-line message naming it)."""
-
-
-class PluginTypeError(PluginError, TypeError):
-    """A plugin that returned or built something of the wrong type."""
 
 
 @dataclass
@@ -57,70 +50,6 @@ class PluginSuite:
 
     tasks: list[Task]
     make_env: Callable[..., Env] | None = None
-
-
-def is_plugin_name(name: str) -> bool:
-    """``module:attr`` or ``file.py:attr`` (a built-in suite name has no colon)."""
-    head, _, tail = name.partition(":")
-    return bool(head) and bool(tail)
-
-
-def _why(error: BaseException) -> str:
-    return clip(" ".join(f"{type(error).__name__}: {error}".split()), 300)
-
-
-def _import_file(path: Path, ref: str) -> Any:
-    if not path.is_file():
-        raise PluginError(f"plugin {ref!r}: no file {path}")
-    digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
-    name = f"lopd_plugin_{path.stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:
-        del sys.modules[name]
-        raise PluginError(f"plugin {ref!r}: importing {path} failed ({_why(error)})") from error
-    return module
-
-
-def _import_module(name: str, ref: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        missing = error.name or ""
-        cwd = str(Path.cwd())
-        if name.split(".")[0] == missing.split(".")[0] and cwd not in sys.path:
-            sys.path.insert(0, cwd)  # as `python -m` would: modules of the working directory
-            return _import_module(name, ref)
-        raise PluginError(f"plugin {ref!r}: cannot import {name!r} ({_why(error)}); run from "
-                          "the directory that holds it or install it") from error
-    except Exception as error:
-        raise PluginError(f"plugin {ref!r}: importing {name!r} failed ({_why(error)})") from error
-
-
-def resolve(ref: str, base_dir: Path | None = None) -> Any:
-    """The object at ``module:attr`` or ``file.py:attr`` (``attr`` may be dotted); a relative
-    file path is read from ``base_dir`` (default: the working directory)."""
-    module_part, _, attr = ref.partition(":")
-    if not module_part or not attr:
-        raise PluginError(f"plugin {ref!r}: expected 'module:name' or 'file.py:name'")
-    if module_part.endswith(".py") or "/" in module_part:
-        path = Path(module_part).expanduser()
-        if not path.is_absolute():
-            path = (base_dir or Path.cwd()) / path
-        module = _import_file(path.resolve(), ref)
-    else:
-        module = _import_module(module_part, ref)
-    found: Any = module
-    for part in attr.split("."):
-        if not hasattr(found, part):
-            raise PluginError(f"plugin {ref!r}: {module_part} has no attribute {attr!r}")
-        found = getattr(found, part)
-    return found
 
 
 def _as_tasks(raw: Any, name: str) -> list[Task]:
@@ -160,9 +89,10 @@ def _unpack(result: Any, name: str) -> tuple[Any, Any]:
 
 
 @lru_cache(maxsize=32)
-def load_plugin(name: str) -> PluginSuite:
+def load_plugin(name: str, known_env: Callable[..., Env] | None = None) -> PluginSuite:
     """Import, call and check the suite factory ``name`` (see the module docstring); cached,
-    so every environment of the suite comes from one import."""
+    so every environment of the suite comes from one import. ``known_env`` builds the
+    environment of tasks that come without a maker (``lopd.envs.make_env``, which passes it)."""
     ref, _, argument = name.partition(":")
     ref = f"{ref}:{argument.split(':', 1)[0]}"
     call_args = [argument.split(":", 1)[1]] if ":" in argument else []
@@ -173,7 +103,7 @@ def load_plugin(name: str) -> PluginSuite:
     try:
         result = factory(*call_args)
     except Exception as error:
-        raise PluginError(f"plugin {name!r}: the factory failed ({_why(error)})") from error
+        raise PluginError(f"plugin {name!r}: the factory failed ({one_line_error(error)})") from error
     raw_tasks, maker = _unpack(result, name)
     if maker is not None and not callable(maker):
         raise PluginTypeError(f"plugin {name!r}: make_env is a {type(maker).__name__}, not "
@@ -184,15 +114,16 @@ def load_plugin(name: str) -> PluginSuite:
     try:  # the first task's environment must build and reset
         if maker is not None:
             build_env(suite, name, tasks[0], seed=0, max_steps=2).reset()
+        elif known_env is None:
+            raise PluginError(f"plugin {name!r}: its tasks come without make_env and no "
+                              "environment lopd knows was given to build them")
         else:
-            from lopd.envs import make_env
-
-            make_env(tasks[0], seed=0, max_steps=2).reset()
+            known_env(tasks[0], seed=0, max_steps=2).reset()
     except PluginError:
         raise
     except Exception as error:
         raise PluginError(f"plugin {name!r}: the environment of task {tasks[0].id!r} failed "
-                          f"({_why(error)})") from error
+                          f"({one_line_error(error)})") from error
     return suite
 
 
@@ -217,7 +148,7 @@ def build_env(suite: PluginSuite, name: str, task: Task, seed: int, max_steps: i
         raise
     except Exception as error:
         raise PluginError(f"plugin {name!r}: make_env failed for task {task.id!r} "
-                          f"({_why(error)})") from error
+                          f"({one_line_error(error)})") from error
     missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
     if missing:
         raise PluginTypeError(f"plugin {name!r}: make_env returned a {type(env).__name__!r} "
@@ -247,7 +178,7 @@ class CheckedEnv:
         try:
             result = self.env.reset()
         except Exception as error:
-            raise PluginError(f"{self._where('reset()')} raised ({_why(error)})") from error
+            raise PluginError(f"{self._where('reset()')} raised ({one_line_error(error)})") from error
         if not isinstance(result, ResetResult):
             raise PluginTypeError(f"{self._where('reset()')} returned a "
                                   f"{type(result).__name__}, not a lopd.types.ResetResult")
@@ -262,7 +193,7 @@ class CheckedEnv:
         try:
             result = self.env.step(text)
         except Exception as error:
-            raise PluginError(f"{self._where('step()')} raised ({_why(error)})") from error
+            raise PluginError(f"{self._where('step()')} raised ({one_line_error(error)})") from error
         if not isinstance(result, StepResult):
             raise PluginTypeError(f"{self._where('step()')} returned a "
                                   f"{type(result).__name__}, not a lopd.types.StepResult")

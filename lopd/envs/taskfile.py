@@ -51,7 +51,7 @@ def _absolute(ref: str, base_dir: Path | None) -> str:
 
 def _toolset_task(row: dict[str, Any], where: str, base_dir: Path | None, split: str) -> Task:
     from lopd.envs.function_env import TaskSpecError, tool_task
-    from lopd.envs.plugins import PluginError, resolve
+    from lopd.envs.references import PluginError, resolve
     from lopd.tools import ToolSchemaError
 
     ref = _absolute(row["toolset"], base_dir)
