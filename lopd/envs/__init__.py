@@ -1,5 +1,5 @@
-"""Environments: ToolWorld (generated tool-use domains), Python coding, HumanEval, BFCL, and
-the user's own (plugins, Python tool sets, task files).
+"""Environments: ToolWorld (generated tool-use domains), Python coding, HumanEval, BFCL,
+ACEBench, and the user's own (plugins, Python tool sets, task files).
 
 Every environment follows ``lopd.types.Env``: ``reset() -> ResetResult`` (system + user
 messages and the tool schemas) and ``step(assistant_text) -> StepResult``; malformed output
@@ -12,7 +12,8 @@ never raises. ``make_env`` picks the environment from ``task.metadata["env"]`` (
 - ``path/to/tasks.jsonl``: a task file (``lopd.envs.taskfile``), whose tasks name their tool set
   (``lopd.envs.function_env``) or environment maker by import path.
 
-Imports are light: the sandbox, HumanEval, BFCL and plugin modules load on first use.
+Imports are light: the sandbox, HumanEval, BFCL, ACEBench and plugin modules load on first
+use.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SUITES = [
     "toolworld-train", "toolworld-test", "toolworld-transfer", "toolworld-rules-train",
     "toolworld-rules-test", "toolworld-rules-transfer", "code-train", "humaneval",
     "bfcl-multi-turn", "bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context",
+    "acebench", "acebench-multi-step", "acebench-multi-turn",
 ]
 
 
@@ -47,6 +49,10 @@ def make_env(task: Task, seed: int = 0, max_steps: int = 30,
         from lopd.envs.bfcl import BFCLEnv
 
         return BFCLEnv(task, seed=seed, max_steps=max_steps, max_calls=max_calls)
+    if kind == "acebench":
+        from lopd.envs.acebench import ACEBenchEnv
+
+        return ACEBenchEnv(task, seed=seed, max_steps=max_steps, max_calls=max_calls)
     if kind in ("function", "plugin", "custom"):
         return _user_env(kind, task, seed, max_steps, max_calls)
     raise ValueError(f"no environment for task {task.id!r} (env={kind!r})")
@@ -86,6 +92,11 @@ def load_suite(name: str, n: int | None = None) -> list[Task]:
 
         category = name.removeprefix("bfcl-")
         return load_bfcl_tasks(CATEGORIES if category == "multi-turn" else [category], n=n)
+    if name in ("acebench", "acebench-multi-step", "acebench-multi-turn"):
+        from lopd.envs.acebench import load_acebench_tasks
+
+        split = name.removeprefix("acebench").removeprefix("-").replace("-", "_")
+        return load_acebench_tasks(split or None, n=n)
     if name.endswith(".jsonl"):
         from lopd.envs.taskfile import read_task_file
 
