@@ -12,8 +12,9 @@ Caps, one rule each, applied here for every environment:
   cut sooner, to ``MAX_ERROR_CHARS``).
 
 When a turn is cut, the observation ends with one more ``role=tool`` message saying so (an
-``{"error": ...}``, counted as one error). So a turn costs at most ``MAX_CALLS_PER_TURN`` calls
-and a bounded parse, whatever the model wrote.
+``{"error": ...}``, counted as one error). So a turn costs at most ``max_calls`` calls (an
+environment's argument, ``MAX_CALLS_PER_TURN`` by default) and a bounded parse, whatever the
+model wrote.
 
 ``read_turn`` parses the turn block by block so that valid calls and parse errors come back in
 the order they appear in the assistant's text: the i-th tool message answers the i-th block.
