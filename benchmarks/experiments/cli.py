@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ablation-steps", type=int, help="steps of every ablation run")
     p.add_argument("--out", help="results directory (JSON + PNG)")
     p.add_argument("--runs", help="run directories root (default runs/experiments/SCALE)")
-    p.add_argument("--report", help="report path (laptop: benchmarks/RESULTS.md; else OUT/RESULTS.md)")
+    p.add_argument("--report", help="report path (laptop: benchmarks/results/archive/laptop-sweep.md; "
+                   "else OUT/RESULTS.md)")
     p.add_argument("--init-adapter", help="warm-start adapter of the ToolWorld preset ('' = none); "
                                           "created with `lopd sft --steps 30` if missing")
     p.add_argument("--model", help="model name or HF directory (required at paper scale)")
@@ -73,7 +74,9 @@ def settings(args: argparse.Namespace, argv: list[str]) -> plan.Settings:
     scale = SCALES[args.scale]
     out = _path(args.out, REPO / "benchmarks" / "results" / "experiments" /
                 ("" if scale.name == "laptop" else scale.name))
-    default_report = REPO / "benchmarks" / "RESULTS.md" if scale.name == "laptop" else out / "RESULTS.md"
+    # the laptop sweep is archived beside benchmarks/RESULTS.md, the written report it predates
+    default_report = (REPO / "benchmarks" / "results" / "archive" / "laptop-sweep.md"
+                      if scale.name == "laptop" else out / "RESULTS.md")
     adapter = _adapter(scale.init_adapter if args.init_adapter is None else args.init_adapter)
     return plan.Settings(
         scale=scale, seeds=tuple(int(s) for s in args.seeds.split(",")) if args.seeds else scale.seeds,
