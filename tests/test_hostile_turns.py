@@ -1,8 +1,8 @@
 """Bounded cost per turn: a hostile turn of 10,000 tool calls (1,000,000 characters) is handled
 in well under a second by every tool environment (ToolWorld, function tools, a plugin's checked
-env, BFCL); calls past the cap are not executed and the observation says so; observations are
-cut in one place; the journal that replaced per-call state copies undoes exactly what a failed
-call changed.
+env, BFCL, ACEBench); calls past the cap are not executed and the observation says so;
+observations are cut in one place; the journal that replaced per-call state copies undoes
+exactly what a failed call changed.
 
 Timing asserts leave wide margins (1 s; the measured turns take a few milliseconds)."""
 
@@ -150,6 +150,17 @@ def test_bfcl_turn_of_ten_thousand_calls():
     assert seconds < 1.0
     assert_capped(result)
     assert env.tool_calls == MAX_CALLS_PER_TURN and not env.force_quit
+
+
+def test_acebench_turn_of_ten_thousand_calls():
+    from lopd.envs.acebench.env import load_acebench_tasks
+
+    env = make_env(load_acebench_tasks(n=1)[0], max_steps=30)
+    env.reset()
+    result, seconds = timed_step(env, hostile_turn("turn_on_wifi", {}))
+    assert seconds < 1.0
+    assert_capped(result)
+    assert env.tool_calls == MAX_CALLS_PER_TURN
 
 
 # -- the caps ----------------------------------------------------------------------------------
