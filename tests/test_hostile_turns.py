@@ -12,6 +12,7 @@ import copy
 import json
 import random
 import time
+from collections import defaultdict
 
 import pytest
 
@@ -263,6 +264,8 @@ def test_the_journal_undoes_exactly_what_a_call_changed():
             assert journal.commit() == []
             assert json.loads(json.dumps(state)) == state  # still plain JSON data
     assert type(copy.deepcopy(state)) is dict and type(copy.copy(state["rows"])) is list
+    kept = track({"counts": defaultdict(int)}, journal)["counts"]
+    assert type(kept) is defaultdict and kept["new"] == 0  # subclasses keep their behaviour
 
 
 def test_the_journal_reports_non_finite_values_written():

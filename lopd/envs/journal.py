@@ -40,24 +40,23 @@ class Journal:
 
     def adopt(self, state: Any) -> Any:
         """``state`` with every plain dict/list in it replaced by a tracked copy (the root is
-        replaced only if it is not tracked here). Costs nothing unless ``state`` is not tracked by this journal or
-        the journal is ``dirty``; then one walk of the state."""
+        replaced only if it is not tracked here). Costs nothing unless ``state`` is not tracked
+        by this journal or the journal is ``dirty``; then one walk of the state."""
         tracked = (TrackedDict, TrackedList)
         if type(state) in tracked and state._journal is self and not self.dirty:
             return state
         self.dirty = False
-        root = _track(state, self) if type(state) in (dict, list) or (
-            type(state) in tracked and state._journal is not self) else state
+        root = _track(state, self)
         stack = [root] if type(root) in tracked else []
         while stack:
             node = stack.pop()
             keys = list(node.keys()) if isinstance(node, dict) else range(len(node))
             for key in keys:
                 child = node[key]
-                if type(child) in (dict, list) or (type(child) in tracked
-                                                   and child._journal is not self):
-                    _store(node, key, _track(child, self))
-                elif type(child) in tracked:
+                if _foreign(child, self):
+                    child = _track(child, self)
+                    _store(node, key, child)
+                if type(child) in tracked:
                     stack.append(child)
         return root
 
@@ -102,7 +101,7 @@ class Journal:
                 keys = list(target.keys()) if isinstance(target, dict) else range(len(target))
             for key in keys:
                 value = target[key]
-                if type(value) in (dict, list):
+                if _foreign(value, self):
                     _store(target, key, _track(value, self))
                 bad += [(key, *path) for path in _non_finite(target[key])]
         return bad
@@ -116,12 +115,20 @@ def track(state: Any, journal: Journal) -> Any:
     return _track(copy.deepcopy(state), journal)
 
 
+def _foreign(node: Any, journal: Journal) -> bool:
+    """A plain dict or list, or one tracked by another journal (exact types: a ``defaultdict``
+    or other subclass is left as it is, and not journaled)."""
+    kind = type(node)
+    return kind in (dict, list) or (kind in (TrackedDict, TrackedList)
+                                     and node._journal is not journal)
+
+
 def _track(node: Any, journal: Journal) -> Any:
-    if isinstance(node, dict) and not (type(node) is TrackedDict and node._journal is journal):
+    if not _foreign(node, journal):
+        return node
+    if isinstance(node, dict):
         return TrackedDict(journal, {k: _track(v, journal) for k, v in node.items()})
-    if isinstance(node, list) and not (type(node) is TrackedList and node._journal is journal):
-        return TrackedList(journal, [_track(v, journal) for v in node])
-    return node
+    return TrackedList(journal, [_track(v, journal) for v in node])
 
 
 def _store(target: Any, key: Any, value: Any) -> None:
