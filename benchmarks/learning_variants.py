@@ -88,7 +88,7 @@ FP32 = "fp32"
 """Suffix of the variants pinned to fp32 (``model.dtype=fp32``). ``dtype auto`` trains in fp32
 on a CPU without native bf16 and in bf16 autocast on one with it, so these are the numerics
 twins of runs made on the latter: the same seed, so the same tasks (RESULTS.md;
-``benchmarks/bench_dtype.py`` measures how far the two numerics move the policy)."""
+``benchmarks/studies/bench_dtype.py`` measures how far the two numerics move the policy)."""
 VARIANTS.update({f"{m}-{SETTING}-{FP32}": (f"{label}, {SETTING_LABEL}, fp32 throughout",
                                            (*setting_overrides(m), "model.dtype=fp32"))
                  for m, label in METHOD_LABELS.items()})
