@@ -45,6 +45,14 @@ its summary (per-step train reward, held-out success per task, timing, the CPU) 
 run by run. Checkpoints are kept every `--checkpoint-every` steps for held-out points along the
 curve (`curve`).
 
+The business-rules suites (`lopd.envs.toolworld.rules`) get the same sweep with `--rules`:
+training on `toolworld-rules-train`, held out on `toolworld-rules-test` (200 tasks), summaries
+in `benchmarks/results/rules/learning/`, the report `benchmarks/results/rules/learning.md`, run
+directories under `runs/rules-learning/`; the warm start is the plain suites' one:
+
+    .venv/bin/python -m benchmarks.learning run --rules --seeds 0 \
+        --variants grpo-lr5e-4-t0.7-tier1-g8,lopd-lr5e-4-t0.7-tier1-g8,skill-sd-lr5e-4-t0.7-tier1-g8
+
 The warm start is rebuilt wherever `lopd sft` runs, and two machines do not build the same
 adapter (fp32 here, bf16 there). Each summary therefore records the fingerprint of the warm
 start it began from (the adapter weights' SHA-256, first 12 hex digits), and a run is compared
@@ -91,6 +99,13 @@ from lopd.evaluate import paired_gain as paired  # noqa: F401
 RESULTS = REPO / "benchmarks" / "results"
 OUT = RESULTS / "learning"
 RUNS = REPO / "runs" / "learning"
+HELDOUT = "toolworld-test"
+"""The held-out suite every run is evaluated on (``--rules``: ``toolworld-rules-test``)."""
+REPORT_DIR: Path | None = None
+"""Where ``learning.md`` and its plots are written (None: ``RESULTS``)."""
+SWEEP_OVERRIDES: tuple[str, ...] = ()
+"""Overrides of this sweep on top of ``SHARED`` (``--rules``: the rules suites)."""
+RULES_OVERRIDES = ("data.train_suite=toolworld-rules-train", "data.eval_suite=toolworld-rules-test")
 BASE = str(CONFIGS / "toolworld-smollm2.yaml")
 WARM_ADAPTER = OUT / "warm-start-adapter"
 """The warm start every run begins from by default, kept in the repository (its README)."""
@@ -115,10 +130,11 @@ def job(name: str, seed: int, steps: int, args: argparse.Namespace, threads: int
     # the warm start trains no step: its identity must not depend on the checkpoint settings
     keep = [] if name == WARM else [f"run.checkpoint_every={args.checkpoint_every}",
                                     "run.keep_checkpoints=100"]
-    overrides = [*SHARED, f"model.init_adapter={args.init_adapter}", f"run.seed={seed}",
+    overrides = [*SHARED, *SWEEP_OVERRIDES, f"model.init_adapter={args.init_adapter}",
+                 f"run.seed={seed}",
                  f"optim.steps={0 if name == WARM else steps}", f"run.threads={threads}",
                  *keep, *extra, *args.set, f"run.out_dir={run_dir}"]
-    evals = {"toolworld-test": args.eval_tasks or None}
+    evals = {HELDOUT: args.eval_tasks or None}
     return Job(f"learning/{name}-s{seed}", name, _method(extra),
                seed, str(run_dir), BASE, overrides, evals, False,
                str((Path(args.runs) / "_coldstart").resolve()), eval_batch=args.eval_batch)
@@ -151,7 +167,7 @@ STEP_KEYS = ("step", "rollouts", "reward", "time/total", "delta", "beta", "disti
 
 def summary(job: Job, result: dict, cpu: str) -> dict:
     """What the report needs from a finished run (the run directory is not committed)."""
-    held = result["eval"]["toolworld-test"]
+    held = result["eval"][HELDOUT]
     steps = [{k: r[k] for k in STEP_KEYS if k in r}
              for r in result["metrics"]]
     return {
@@ -265,12 +281,12 @@ def curve_points(summary_path: Path, threads: int, eval_batch: int,
         step = int(checkpoint.name.removeprefix("step-"))
         if step in done or (steps and step not in steps):
             continue
-        spec = eval_spec(config, "toolworld-test", str(checkpoint / "student"),
+        spec = eval_spec(config, HELDOUT, str(checkpoint / "student"),
                          checkpoint / "heldout", threads, eval_batch, limit=data["heldout"]["n"])
         held = finished_eval(spec)
         if held is None:
             with runner.evaluation_slot():
-                held = run_eval(spec)["toolworld-test"]
+                held = run_eval(spec)[HELDOUT]
         point = {"step": step, "rollouts": step * per_step, "n": held["n"],
                  "success": held["success"], "per_task": held["per_task"]}
         update_summary(summary_path, functools.partial(_with_curve_point, point=point))
@@ -317,10 +333,11 @@ def finished_eval(spec) -> dict | None:
 
 def write_report() -> Path:
     """Rewrite `learning.md` and its plots from every committed summary."""
-    return _write_report(RESULTS, OUT, SHARED, SUITES, COMPARISONS,
+    return _write_report(REPORT_DIR or RESULTS, OUT, SHARED, SUITES, COMPARISONS,
                          tuple(f"{method}-{SETTING}" for method in METHOD_LABELS),
                          (f"lopd-{SETTING}", {f"lopd-{SETTING}-{key}": label
-                                              for key, (label, _) in ABLATIONS.items()}))
+                                              for key, (label, _) in ABLATIONS.items()}),
+                         heldout=HELDOUT)
 
 
 def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -> int:
@@ -335,7 +352,7 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
 
     data = json.loads(path.read_text())
     have = data.setdefault("suites", {})
-    todo = [s for s in suites if s not in have and (s != "toolworld-test" or data["name"] == WARM)]
+    todo = [s for s in suites if s not in have and (s != HELDOUT or data["name"] == WARM)]
     if not todo:
         return 0
     config = dict(o.split("=", 1) for o in data["overrides"])
@@ -363,6 +380,19 @@ def suite_points(path: Path, suites: list[str], threads: int, eval_batch: int) -
     return len(todo)
 
 
+def use_rules_suites() -> None:
+    """Switch this sweep to the business-rules suites (``lopd.envs.toolworld.rules``): training
+    on ``toolworld-rules-train``, held-out ``toolworld-rules-test``, summaries in
+    `benchmarks/results/rules/learning/` and the report in `benchmarks/results/rules/`, run
+    directories under `runs/rules-learning/`. The warm start stays the plain suites' one."""
+    global OUT, RUNS, HELDOUT, REPORT_DIR, SWEEP_OVERRIDES
+    REPORT_DIR = RESULTS / "rules"
+    OUT = REPORT_DIR / "learning"
+    RUNS = REPO / "runs" / "rules-learning"
+    HELDOUT = "toolworld-rules-test"
+    SWEEP_OVERRIDES = RULES_OVERRIDES
+
+
 def _summaries_of(names: set[str], seeds: str | None) -> list[Path]:
     """The committed summaries of the variants ``names`` (only of ``seeds`` if given)."""
     wanted_seeds = {int(s) for s in seeds.split(",")} if seeds else None
@@ -385,7 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-tasks", type=int, default=0, help="held-out tasks (0 = all 200)")
     p.add_argument("--init-adapter", default=str(WARM_ADAPTER.relative_to(REPO)),
                    help="the warm start (default: the one kept in the repository)")
-    p.add_argument("--runs", default=str(RUNS), help="run directories root")
+    p.add_argument("--runs", default=None, help="run directories root (default runs/learning, "
+                   "with --rules runs/rules-learning)")
+    p.add_argument("--rules", action="store_true",
+                   help="the business-rules suites: train on toolworld-rules-train, hold out "
+                        "toolworld-rules-test, results in benchmarks/results/rules/")
     p.add_argument("--checkpoint-every", type=int, default=8)
     p.add_argument("--eval-batch", type=int, default=100,
                    help="held-out episodes generated together (a run evaluating 100 at once "
@@ -407,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                    help="each run in a fresh Python process (clean peak memory)")
     args = p.parse_args(argv)
+    if args.rules:
+        use_rules_suites()
+    args.runs = args.runs or str(RUNS)
     if args.command == "list":
         print("\n".join(f"{k}: {label}  [{' '.join(o)}]" for k, (label, o) in VARIANTS.items()))
         return 0

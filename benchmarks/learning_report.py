@@ -140,16 +140,18 @@ def curve_lines(summaries: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
-def test_tiers() -> dict[str, int]:
+def test_tiers(split: str = "test") -> dict[str, int]:
     """Held-out task id -> difficulty tier (tool calls in the reference solution)."""
     from lopd.envs.toolworld.tasks import load_tasks
 
-    return {task.id: int(task.metadata["tier"]) for task in load_tasks("test")}
+    return {task.id: int(task.metadata["tier"]) for task in load_tasks(split)}
 
 
 def tier_lines(summaries: list[dict]) -> list[str]:
     """Held-out success per difficulty tier for every run: where a gain comes from."""
-    tiers = test_tiers()
+    rules = any(task.startswith("tw-rules-test-") for run in summaries
+                for task in run["heldout"]["per_task"])
+    tiers = test_tiers("rules-test" if rules else "test")
     wanted = sorted(set(tiers.values()))
     lines = ["Held-out success by tier (tasks in the tier):", "",
              "| variant | seed | " + " | ".join(
@@ -337,17 +339,26 @@ def control_lines(summaries: list[dict]) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _from_benchmarks(path: Path) -> str:
+    """``path`` from its ``benchmarks/`` folder on (the whole path when it has none)."""
+    text = path.as_posix()
+    return text[text.find("benchmarks/"):] if "benchmarks/" in text else text
+
+
 def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tuple[str, ...],
                  comparisons: dict[str, tuple[str, ...]], table_rows: tuple[str, ...] = (),
-                 ablations: tuple[str, dict[str, str]] | None = None) -> Path:
-    """Rewrite ``results/learning.md`` and its two plots from the summaries in ``out``."""
+                 ablations: tuple[str, dict[str, str]] | None = None,
+                 heldout: str = HELDOUT) -> Path:
+    """Rewrite ``results/learning.md`` and its two plots from the summaries in ``out``
+    (held out on ``heldout``)."""
     summaries = load_summaries(out)
     cpus = sorted({s["cpu"] for s in summaries})
     efficiency = [line for ref, others in comparisons.items()
                   for line in efficiency_lines(summaries, ref, others)]
     text = ["# Learning sweep: held-out ToolWorld success against the warm start", "",
             ("Written by `python -m benchmarks.learning` (see its docstring); one JSON per run in "
-            "`benchmarks/results/learning/`. Held-out: greedy, `toolworld-test`, 6 turns of at "
+            f"`{_from_benchmarks(out)}/`. Held-out: "
+            f"greedy, `{heldout}`, 6 turns of at "
             "most 96 tokens. SE: the standard error of a success rate over its tasks; the gain "
             "is paired (the same tasks before and after) and its SE is that of the per-task "
             "differences. Train s: the sum of the run's step times, over every process that "

@@ -170,3 +170,20 @@ def test_decision_tokens_find_the_rule_deciding_call(smol_tokenizer):
         assert smol_tokenizer.decode([actions[i] for i in positions]).strip() == name
     plain = load_suite("toolworld-test", n=1)[0]
     assert decision_tokens(reference_trajectory(plain, renderer), smol_tokenizer) is None
+
+
+def test_learning_sweep_on_the_rules_suites(monkeypatch, tmp_path):
+    """``benchmarks.learning --rules``: rules training suite, rules held-out suite, own folders."""
+    import argparse
+
+    from benchmarks import learning
+
+    for name in ("OUT", "RUNS", "HELDOUT", "REPORT_DIR", "SWEEP_OVERRIDES"):
+        monkeypatch.setattr(learning, name, getattr(learning, name))
+    learning.use_rules_suites()
+    args = argparse.Namespace(runs=str(tmp_path), init_adapter="", checkpoint_every=8, set=[],
+                              eval_tasks=0, eval_batch=4)
+    job = learning.job("grpo-lr5e-4-t0.7-tier1-g8", 0, 24, args, 1)
+    assert "data.train_suite=toolworld-rules-train" in job.overrides
+    assert list(job.evals) == ["toolworld-rules-test"]
+    assert learning.summary_path(job).parent.as_posix().endswith("results/rules/learning")
