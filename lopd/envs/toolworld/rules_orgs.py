@@ -69,10 +69,11 @@ _APPROVAL = "no approval on record"
 ORG_LIST = [
     # banking
     Org("northwind", "Northwind Bank", "banking", "Northwind Bank support desk:", (
-        _prerequisite("nw-money-out", "withdrawals and transfers of $200 or more need "
-                      "verify_identity on the account the money leaves", ("withdraw",),
+        _prerequisite("nw-money-out", "withdrawals of $200 or more need verify_identity on "
+                      "the account", ("withdraw",),
                       _ID_CHECK, "verify_identity", _arg("account_id"), _amount_at_least(200)),
-        _prerequisite("nw-transfer-out", "(same rule for transfers)", ("transfer",), _ID_CHECK,
+        _prerequisite("nw-transfer-out", "transfers of $200 or more need verify_identity on the "
+                      "source account", ("transfer",), _ID_CHECK,
                       "verify_identity", _arg("from_account", "account_id"),
                       _amount_at_least(200)),
         _prerequisite("nw-freeze", "freezing an account needs verify_identity on it first",
@@ -147,17 +148,17 @@ ORG_LIST = [
         Rule("lm-ticket", "a new file's name starts with the ticket id and '_'",
              ("write_file",), "file name breaks the naming policy", when=_creates_file,
              rename=("path", _ticket_name)),
-        Rule("lm-ticket-move", "(same rule for a moved file's new name)", ("move_file",),
+        Rule("lm-ticket-move", "a moved file's new name starts with the ticket id and '_'", ("move_file",),
              "file name breaks the naming policy", when=_creates_file,
              rename=("destination", _ticket_name)),
         _prerequisite("lm-mkdir", "creating a directory needs list_dir on its parent first",
                       ("make_dir",), "parent directory not reviewed", "list_dir", _parent),
     ), "train"),
     Org("quarry", "Quarry Legal", "filesystem", "Quarry Legal records, ticket {ticket}:", (
-        _prerequisite("qr-delete", "deleting a file, or writing over one that exists, needs "
-                      "backup_file of its path first", ("delete_file",), "no backup on record",
+        _prerequisite("qr-delete", "deleting a file needs backup_file of it first", ("delete_file",), "no backup on record",
                       "backup_file", _arg("path")),
-        _prerequisite("qr-overwrite", "(same rule for writing over a file)", ("write_file",),
+        _prerequisite("qr-overwrite", "writing over an existing file needs backup_file of "
+                      "it first", ("write_file",),
                       "no backup on record", "backup_file", _arg("path"),
                       when=lambda w, a: not _creates_file(w, a)),
         _prerequisite("qr-move", "moving a file out of /projects needs backup_file of it first",

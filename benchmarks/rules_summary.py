@@ -1,0 +1,109 @@
+"""The business-rules results in one file: `benchmarks/results/rules/summary.json`.
+
+Gathers what has been measured on the rules suites (``lopd.envs.toolworld.rules``) and writes
+null for what has not run yet:
+
+- the warm start's greedy success on the 200 ``toolworld-rules-test`` tasks (the ``suites``
+  entry of its learning summary: ``python -m benchmarks.learning suites --variants warm-start
+  --suites toolworld-rules-test``), and on the plain ``toolworld-test`` for comparison;
+- the teacher's margin Delta at the warm start per context
+  (``benchmarks/results/rules/teacher_privilege.json``), over all sampled tokens and on the
+  tokens a rule decides;
+- the efficiency comparison (``python -m benchmarks.learning run --rules``): each method's
+  final held-out success pooled over its seeds, and LOPD's share of GRPO's budget to reach
+  GRPO's final success (``benchmarks.learning_report.first_reaching`` on the pooled curves).
+
+    .venv/bin/python -m benchmarks.rules_summary
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.learning_report import first_reaching, pooled, pooled_points, warm_starts
+from benchmarks.learning_variants import SETTING
+from lopd.evaluate import standard_error
+
+RESULTS = Path(__file__).parent / "results"
+RULES = RESULTS / "rules"
+WARM_SUMMARY = RESULTS / "learning" / "warm-start-s0-w890b506a3967.json"
+METHODS = {"grpo": f"grpo-{SETTING}", "lopd": f"lopd-{SETTING}", "skill_sd": f"skill-sd-{SETTING}"}
+
+
+def _stats(runs: list[dict]) -> dict | None:
+    """Success (per-task means pooled over the runs' seeds) and its SE over tasks."""
+    per_task = list(pooled(runs).values())
+    if not per_task:
+        return None
+    return {"success": sum(per_task) / len(per_task), "se": standard_error(per_task)}
+
+
+def _point(prefix: str, success: float | None, se: float | None, seeds: int | None) -> dict:
+    return {prefix: success, f"{prefix}_se": se, f"{prefix}_seeds": seeds}
+
+
+def warm_start_fields() -> dict:
+    """The warm start on rules-test and on the plain test (from its learning summary)."""
+    data = json.loads(WARM_SUMMARY.read_text()) if WARM_SUMMARY.exists() else {}
+    suites = data.get("suites", {})
+    fields = {}
+    for key, suite in (("warm_start_success", "toolworld-rules-test"),
+                       ("warm_start_plain_test_success", "toolworld-test")):
+        entry = suites.get(suite)
+        stats = _stats([{"heldout": entry}]) if entry else None
+        fields.update(_point(key, stats["success"] if stats else None,
+                             stats["se"] if stats else None, 1 if entry else None))
+        fields[f"{key}_n"] = entry["n"] if entry else None
+    return fields
+
+
+def privilege_fields() -> dict:
+    """Delta at the warm start per context, whole trajectories and rule-deciding tokens."""
+    path = RULES / "teacher_privilege.json"
+    contexts = json.loads(path.read_text())["contexts"] if path.exists() else {}
+    fields = {}
+    for key, name in (("latent", "latent"), ("text", "text"), ("latent_org", "latent-org"),
+                      ("text_org", "text-org")):
+        found = contexts.get(name)
+        delta = found["delta"] if found else [None, None]
+        rule = found["rule_tokens"]["delta"] if found and found.get("rule_tokens") else [None, None]
+        fields[f"delta_{key}_warm_start"], fields[f"delta_{key}_warm_start_se"] = delta
+        fields[f"delta_{key}_rule_tokens_warm_start"] = rule[0]
+        fields[f"delta_{key}_rule_tokens_warm_start_se"] = rule[1]
+    return fields
+
+
+def comparison_fields() -> dict:
+    """Final held-out success per method (pooled over seeds) and LOPD's share of GRPO's budget."""
+    out = RULES / "learning"
+    summaries = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))] if out.exists() else []
+    warm = next(iter(warm_starts(summaries).values()), None)
+    fields, curves = {}, {}
+    for key, name in METHODS.items():
+        runs = [s for s in summaries if s["name"] == name]
+        stats = _stats(runs) if runs else None
+        fields.update(_point(f"{key}_final_success", stats["success"] if stats else None,
+                             stats["se"] if stats else None, len(runs) or None))
+        curves[key] = pooled_points(runs, warm) if runs else []
+    share = None
+    if curves["grpo"] and curves["lopd"]:
+        budget, target = curves["grpo"][-1][0], curves["grpo"][-1][1]
+        reached = first_reaching(curves["lopd"], target)
+        share = reached / budget if reached is not None and budget else None
+    fields["lopd_share_of_grpo_budget"] = share
+    return fields
+
+
+def main() -> None:
+    summary = {**warm_start_fields(), **privilege_fields(), **comparison_fields(),
+               "notes": ("null: not run yet. Success: greedy, 200 toolworld-rules-test tasks "
+                         "(SE over tasks; pooled over seeds for the methods). Delta: eq. 12 at "
+                         "the warm start, SE over rollouts; see README.md.")}
+    RULES.mkdir(parents=True, exist_ok=True)
+    (RULES / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
