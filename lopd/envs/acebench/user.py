@@ -102,7 +102,7 @@ def _user_model(name: str):
 class ModelUser:
     """A user played by a local causal LM (see the module docstring)."""
 
-    def __init__(self, model: str = "smollm2-135m", max_new_tokens: int = 48,
+    def __init__(self, model: str = "smollm2-135m", max_new_tokens: int = 40,
                  max_chars: int = 600):
         self.model = model
         self.max_new_tokens = max_new_tokens
