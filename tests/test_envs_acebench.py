@@ -292,6 +292,15 @@ def test_user_turns_are_observations_in_the_trajectory(smol_tokenizer):
     assert {i for i, m in enumerate(traj.action_mask) if m} == inside
 
 
+def test_episode_log(tmp_path, monkeypatch):
+    log = tmp_path / "episodes.jsonl"
+    monkeypatch.setenv("LOPD_ACEBENCH_LOG", str(log))
+    play(episode("agent_multi_turn_0"), oracle_calls("agent_multi_turn_0")[:-1])
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["id"] == "agent_multi_turn_0" and record["end_state"] == 0.0
+    assert record["process"] == pytest.approx(0.75) and len(record["calls"]) == 3
+
+
 # -- hostile output ----------------------------------------------------------------------------
 
 def test_hostile_turns_never_raise(smol_tokenizer):

@@ -61,6 +61,10 @@ _TYPES = {"dict": "object", "list": "array", "float": "number", "int": "integer"
 USER_ENV = "LOPD_ACEBENCH_USER"
 """Environment variable naming the simulated user: a model (``smollm2-135m``, an HF directory)
 or ``scripted``; a task's ``metadata["user"]`` takes precedence."""
+LOG_ENV = "LOPD_ACEBENCH_LOG"
+"""Environment variable naming a JSON-lines file to which every finished episode appends its
+scores (id, end state, process score, state errors, steps, calls, user replies): the per-task
+record ACEBench writes, for standard errors and error analysis beside ``lopd eval``."""
 
 
 def data_dir() -> Path:
@@ -256,6 +260,12 @@ class ACEBenchEnv:
     def _finish(self) -> StepResult:
         self.done = True
         info = self._info(final=True)
+        if os.environ.get(LOG_ENV):
+            record = {"id": self.entry["id"], **self._verdict, "steps": self.steps,
+                      "tool_calls": self.tool_calls, "user_replies": self.replies,
+                      "calls": [c[:300] for c in self.calls[:50]]}
+            with open(os.environ[LOG_ENV], "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         return StepResult([], info["reward"], True, info)
 
     def _info(self, final: bool) -> dict[str, Any]:
