@@ -346,3 +346,19 @@ def test_smollm2_plays_the_user_for_a_few_turns():
                            and result.observation[0]["content"].strip())
     assert user.messages[0]["role"] == "system" and "Grace" in user.messages[0]["content"]
     assert FINISH not in first["content"] or result.done
+
+
+def test_report_table(tmp_path):
+    from benchmarks.acebench_report import read_log, table
+
+    log = tmp_path / "episodes.jsonl"
+    rows = [{"id": "agent_multi_step_0", "end_state": 1.0, "process": 1.0},
+            {"id": "agent_multi_turn_0", "end_state": 0.0, "process": 0.5}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = table({"m": read_log(log)})
+    # all: end 0.5 +- sqrt(0.5 / 2) = 0.5; process 0.75 +- sqrt(0.125 / 2) = 0.25
+    assert "| m | all | 2 | 0.500 +- 0.500 | 0.750 +- 0.250 |" in text
+    assert "| m | multi-turn | 1 | 0.000 +- 0.000 | 0.500 +- 0.000 |" in text
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows + rows[:1]))
+    with pytest.raises(ValueError, match="twice"):
+        read_log(log)
