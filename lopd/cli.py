@@ -74,7 +74,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         latent_memory=args.latent_memory, threads=args.threads, dtype=args.dtype,
         device=args.device, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
         max_steps=args.max_steps, samples=args.samples, temperature=args.temperature,
-        top_p=args.top_p, top_k=args.top_k))
+        top_p=args.top_p, top_k=args.top_k, backend=args.backend))
     return 0
 
 
@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-steps", type=int, default=30,
                     help="assistant turns per ToolWorld/code episode (paper: 30); BFCL has its own")
     ev.add_argument("--batch-size", type=int, default=32, help="episodes generated together")
+    ev.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"],
+                    help="who decodes: vllm where installed (auto), or lopd's own loop (hf)")
     ev.set_defaults(func=_cmd_eval)
 
     bank = sub.add_parser("bank", help="look into a run's experience bank")

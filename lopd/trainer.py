@@ -33,11 +33,11 @@ import torch
 
 from lopd import distributed, losses
 from lopd.atomic import append_line, write_with
-from lopd.batch import collate, kept_length
+from lopd.batch import collate, gather_token_logprobs, kept_length
 from lopd.checkpoint import latest_checkpoint
 from lopd.config import Config, save_config
 from lopd.contexts import StepContext
-from lopd.methods import LossTerms, distill_loss, grpo_micro_loss
+from lopd.methods import LossTerms, distill_loss, engine_logprobs, grpo_micro_loss
 from lopd.run_dir import output_dir_problem, repair, start_over
 from lopd.runtime import Runtime, build_runtime
 from lopd.types import Trajectory
@@ -157,11 +157,13 @@ class Trainer:
                             through_last_action=cfg.optim.trim_after_last_action).to(device)
             targets = batch.targets[batch.target_mask]
             row_of = batch.target_mask.nonzero()[:, 0]
+            engine_lp = engine_logprobs([trajs[r] for r in rows], device)  # vLLM's, else None
             with rt.autocast():
                 student, teacher = rt.student_logits(batch), None
                 if method == "grpo":
                     terms = grpo_micro_loss(student, targets, row_of, advantages[rows],
-                                            rows_in_step, cfg.method.clip_eps)
+                                            rows_in_step, cfg.method.clip_eps, engine_lp,
+                                            cfg.rollout.importance_cap)
                 else:
                     mark = time.perf_counter()
                     teacher = rt.teacher_logits(batch, context, rows, leaf)
@@ -177,6 +179,9 @@ class Trainer:
             total.distill += terms.distill
             total.delta += terms.delta
             total.rows += terms.rows
+            if engine_lp is not None:  # the engine-vs-trainer gap on the sampled tokens
+                with torch.no_grad():
+                    total.add_engine_gap(gather_token_logprobs(student, targets), engine_lp)
         return total
 
     def step_metrics(self, step, trajs, terms, delta, anchor, timings) -> dict:
@@ -193,6 +198,9 @@ class Trainer:
         for key in ("interaction_steps", "tool_calls_per_step", "first_response_tokens",
                     "reward_per_tool_call"):
             metrics[key] = sum(t.stats.get(key, 0.0) for t in trajs) / n
+        if terms.gap_tokens:  # log p_trainer - log p_engine over the forwarded sampled tokens
+            metrics["engine_gap"] = terms.gap / terms.gap_tokens
+            metrics["engine_gap_abs"] = terms.gap_abs / terms.gap_tokens
         metrics.update({f"time/{k}": round(v, 3) for k, v in timings.items()})
         return metrics
 

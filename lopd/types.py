@@ -82,6 +82,8 @@ class Trajectory:
     - ``prompt_len``: tokens of the initial prompt (system + first user message); privileged
       context is inserted at this position by the teacher.
     - ``messages``: the text transcript (for the bank, reports and text-context baselines).
+    - ``sampled_logprobs``: the sampling engine's log-probability of each action token, in
+      order, when the backend reports them (vLLM); empty otherwise.
     """
 
     task: Task
@@ -94,6 +96,7 @@ class Trajectory:
     success: bool = False
     group: int = 0
     stats: dict[str, float] = field(default_factory=dict)
+    sampled_logprobs: list[float] = field(default_factory=list)
 
     @property
     def advantage_signal(self) -> float:

@@ -9,6 +9,9 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# rollout.backend=auto samples with the HF loop here (fast to build, bit-exact resumes); the vLLM
+# engine is tested in test_vllm_backend.py, which asks for it by name
+os.environ.setdefault("LOPD_VLLM", "0")
 os.environ["LOPD_EVAL_LOCK"] = str(Path(tempfile.mkdtemp(prefix="lopd-tests-")) / "evaluation.lock")
 
 
