@@ -6,8 +6,11 @@ training step of setting A, one of B, one of B, one of A, ... so that load from 
 hits both alike. Setting A (the baseline) can run the code of another git revision
 (``--baseline-ref``: its ``lopd/`` and ``configs/`` are extracted to a temporary directory and
 put first on the worker's ``sys.path``), with its own overrides (``--baseline``); setting B runs
-this working tree with ``--after`` overrides. After the steps each worker runs the held-out
-evaluation once (greedy, ``data.eval_tasks`` episodes).
+this working tree with ``--after`` overrides; ``--also NAME=OVERRIDES`` adds more settings of
+this tree to the same rotation (e.g. ``rollout.backend=vllm`` beside ``rollout.backend=hf``).
+After the steps each worker runs the held-out evaluation once (greedy, ``data.eval_tasks``
+episodes). A worker builds its generation backend (a vLLM engine, say) before it reports
+ready, so the first step's time does not include it.
 
 Per setting it reports rollouts per hour (rollouts over the summed step times), new tokens per
 second in generation, update tokens per second (every token of the step's trajectories over
@@ -72,6 +75,7 @@ def worker(tree: str, overrides: list[str]) -> None:
         return trajs
 
     trainer.rt.rollout = counting_rollout
+    trainer.rt.backend()  # a vLLM engine is built (and loaded) here, not in the first step
     _reply({"ready": round(time.perf_counter() - started, 1), "rss_mb": round(_status_mb("VmRSS"))})
     for line in sys.stdin:
         command = line.split()
@@ -147,15 +151,19 @@ def common_overrides(args, method: str, out: Path) -> list[str]:
 
 def run_method(args, method: str, trees: dict[str, Path], scratch: Path) -> dict:
     settings = {"before": shlex.split(args.baseline), "after": shlex.split(args.after)}
+    for item in args.also:
+        name, _, overrides = item.partition("=")
+        settings[name] = shlex.split(overrides)
     workers = {}
     try:
         for label, extra in settings.items():
             out = scratch / f"{method}-{label}"
-            workers[label] = Worker(label, trees[label], common_overrides(args, method, out) + extra,
+            workers[label] = Worker(label, trees.get(label, ROOT),
+                                    common_overrides(args, method, out) + extra,
                                     scratch / f"{method}-{label}.log")
         setup = {label: w.read() for label, w in workers.items()}
         steps: dict[str, list[dict]] = {label: [] for label in workers}
-        for step in range(args.first_step, args.first_step + args.steps):  # A B, B A, ...
+        for step in range(args.first_step, args.first_step + args.steps):  # A B C, C B A, ...
             order = list(workers) if (step - args.first_step) % 2 == 0 else list(workers)[::-1]
             for label in order:
                 steps[label].append(workers[label].ask(f"step {step}"))
@@ -217,6 +225,8 @@ def markdown(report: dict) -> str:
     lines = ["# Training throughput: rollouts per hour", "",
              f"Command: `{report['command']}`", "", f"CPU: {report['cpu']}", "",
              f"Before: {report['before']}", "", f"After: {report['after']}", "",
+             *[f"{name}: {text}\n" for name, text in report.items()
+               if name not in ("command", "cpu", "before", "after", "methods")],
              ("| method | setting | rollouts/step | s/step | rollouts/h | gen tok/s | update tok/s"
               " | peak RSS MB | eval episodes/h | reward |"), "|" + "---|" * 10]
     for method, result in report["methods"].items():
@@ -226,13 +236,10 @@ def markdown(report: dict) -> str:
                 f"{s['rollouts_per_hour']:.0f} | {s['gen_tokens_per_s']:.1f} | "
                 f"{s['update_tokens_per_s']:.0f} | {s['peak_rss_mb']} | "
                 f"{s.get('eval_episodes_per_hour', 0):.0f} | {s['reward']:.3f} |")
-    lines += ["", "Ratios (after / before):", ""]
+    lines += ["", "Ratios (each setting / before):", ""]
     for method, r in report["methods"].items():
-        lines.append(f"- {method}: rollouts/h {r['after']['rollouts_per_hour'] / r['before']['rollouts_per_hour']:.2f}x, "
-                     f"gen tok/s {r['after']['gen_tokens_per_s'] / r['before']['gen_tokens_per_s']:.2f}x, "
-                     f"update tok/s {r['after']['update_tokens_per_s'] / r['before']['update_tokens_per_s']:.2f}x"
-                     + (f", eval episodes/h {r['after']['eval_episodes_per_hour'] / r['before']['eval_episodes_per_hour']:.2f}x"
-                        if "eval_episodes_per_hour" in r["after"] else ""))
+        for label in [name for name in r if name != "before"]:
+            lines.append(_ratio_line(method, label, r[label], r["before"]))
     lines += ["", ("Mean seconds per step by phase (teacher is inside the update loop; update"
                    " excludes it):"), "", "| method | setting | " + " | ".join(PHASES) + " | turns | action tokens |",
               "|" + "---|" * (len(PHASES) + 4)]
@@ -241,6 +248,15 @@ def markdown(report: dict) -> str:
             cells = " | ".join(f"{s['phase_seconds'][p]:.1f}" for p in PHASES)
             lines.append(f"| {method} | {label} | {cells} | {s['turns']:.0f} | {s['action_tokens']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio_line(method: str, label: str, s: dict, before: dict) -> str:
+    line = (f"- {method} {label}: rollouts/h {s['rollouts_per_hour'] / before['rollouts_per_hour']:.2f}x, "
+            f"gen tok/s {s['gen_tokens_per_s'] / before['gen_tokens_per_s']:.2f}x, "
+            f"update tok/s {s['update_tokens_per_s'] / before['update_tokens_per_s']:.2f}x")
+    if "eval_episodes_per_hour" in s and "eval_episodes_per_hour" in before:
+        line += f", eval episodes/h {s['eval_episodes_per_hour'] / before['eval_episodes_per_hour']:.2f}x"
+    return line
 
 
 def main() -> None:
@@ -253,6 +269,8 @@ def main() -> None:
                         "(default: this working tree)")
     parser.add_argument("--baseline", default="", help="overrides of the baseline setting")
     parser.add_argument("--after", default="", help="overrides of the new setting")
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=OVERRIDES",
+                        help="another setting of this tree, e.g. vllm='rollout.backend=vllm'")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--adapter", default="runs/sft/adapter")
     parser.add_argument("--threads", type=int, default=2)
@@ -265,7 +283,9 @@ def main() -> None:
     report = {"command": " ".join(shlex.quote(a) for a in ["benchmarks/bench_throughput.py", *sys.argv[1:]]),
               "cpu": cpu_line(),
               "before": f"code {args.baseline_ref or 'this tree'}, preset + `{args.baseline}`",
-              "after": f"code this tree, preset + `{args.after}`", "methods": {}}
+              "after": f"code this tree, preset + `{args.after}`", "methods": {},
+              **{item.partition("=")[0]: f"code this tree, preset + `{item.partition('=')[2]}`"
+                 for item in args.also}}
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
         scratch = Path(tmp)
         before = extract_tree(args.baseline_ref, scratch / "before") if args.baseline_ref else ROOT
