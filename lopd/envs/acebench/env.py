@@ -167,7 +167,7 @@ class ACEBenchEnv:
 
     def __init__(self, task: Task, seed: int = 0, max_steps: int = 30,
                  max_calls: int = MAX_CALLS_PER_TURN, user: SimulatedUser | None = None,
-                 max_replies: int = 6):
+                 max_replies: int = 4):
         self.task = task
         self.seed = seed  # the episode is determined by the task (greedy user); protocol only
         self.max_steps = max_steps

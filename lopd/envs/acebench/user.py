@@ -8,7 +8,8 @@ Its messages reach the agent as ``role=user`` observations, so they are never tr
 (action mask 0).
 
 ``ModelUser`` plays the user with a local causal LM (any HF directory, or the embedded
-``smollm2-135m``, the default), greedily, one line per turn, from a system prompt with the
+``smollm2-135m``, the default; on the CPU, in bf16 where bf16 is native), greedily, one line
+of at most 32 tokens per turn, from a system prompt with the
 instruction and rules written for lopd after ACEBench's (reveal the task step by step, invent
 nothing, say "finish conversation" when done). ``ScriptedUser`` replays fixed lines (by default
 the instruction itself, then "finish conversation"): deterministic, for tests.
@@ -89,20 +90,20 @@ def _user_model(name: str):
     """(backend, renderer) of the user's model, loaded once per process."""
     from lopd.chat import ChatRenderer
     from lopd.generation import HFBackend
-    from lopd.models import load_model, resolve_dtype
+    from lopd.models import fast_bf16, load_model
 
-    dtype = resolve_dtype("auto", "cpu")
+    dtype = "bf16" if fast_bf16("cpu") else "fp32"  # bf16 weights decode fastest where native
     model, tokenizer = load_model(name, dtype=dtype, device="cpu")
     renderer = ChatRenderer(tokenizer)
     backend = HFBackend(model, renderer.stop_ids, tokenizer.pad_token_id,
-                        autocast=dtype == "bf16-autocast")
+                        max_cached_tokens=16_384)
     return backend, renderer
 
 
 class ModelUser:
     """A user played by a local causal LM (see the module docstring)."""
 
-    def __init__(self, model: str = "smollm2-135m", max_new_tokens: int = 40,
+    def __init__(self, model: str = "smollm2-135m", max_new_tokens: int = 32,
                  max_chars: int = 600):
         self.model = model
         self.max_new_tokens = max_new_tokens
