@@ -75,6 +75,10 @@ def worker(tree: str, overrides: list[str]) -> None:
         return trajs
 
     trainer.rt.rollout = counting_rollout
+    try:  # the held-out evaluation of a run: a function of lopd.evaluate, a method in old trees
+        from lopd.evaluate import evaluate_runtime as evaluate
+    except ImportError:
+        evaluate = type(trainer.rt).evaluate
     trainer.rt.backend()  # a vLLM engine is built (and loaded) here, not in the first step
     _reply({"ready": round(time.perf_counter() - started, 1), "rss_mb": round(_status_mb("VmRSS"))})
     for line in sys.stdin:
@@ -87,7 +91,7 @@ def worker(tree: str, overrides: list[str]) -> None:
             metrics.update(total_tokens=captured["tokens"], turns=captured["turns"])
         else:
             mark = time.perf_counter()
-            summary = trainer.rt.evaluate()
+            summary = evaluate(trainer.rt)
             metrics = {"episodes": summary["n"], "success": summary["success"],
                        "seconds": time.perf_counter() - mark}
         metrics["peak_rss_mb"] = round(_status_mb("VmHWM"))

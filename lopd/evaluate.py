@@ -233,3 +233,17 @@ def run_eval(spec: EvalSpec) -> dict[str, dict]:
     print(markdown_table(results))
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return results
+
+
+def evaluate_runtime(rt) -> dict:
+    """A training run's held-out evaluation: its current student, greedy, on ``rt.eval_tasks``
+    with the run's turn and token budgets (``rollout.eval_max_new_tokens``); the summary of
+    ``summarize``."""
+    cfg = rt.config
+    backend = rt.backend()
+    rollout = RolloutConfig(max_steps=cfg.rollout.max_steps,
+                            max_new_tokens=cfg.rollout.eval_tokens,
+                            max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
+    trajs = evaluate_tasks(backend, rt.renderer, rt.eval_tasks, rollout,
+                           batch_size=cfg.data.eval_batch, seed=cfg.run.seed)
+    return summarize(trajs)

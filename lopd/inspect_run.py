@@ -38,7 +38,8 @@ def inspect_run(run_dir: str, task_id: str, out: str = "") -> Path:
     from lopd.generation import HFBackend
     from lopd.inspector import inspect
     from lopd.rollout import RolloutConfig, run_episodes
-    from lopd.runtime import build_runtime, load_adapter_weights
+    from lopd.runtime_build import build_runtime
+    from lopd.runtime_store import load_adapter_weights
 
     run = Path(run_dir)
     config = load_config(run / "config.yaml")

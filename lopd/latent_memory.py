@@ -140,7 +140,7 @@ def build_run_runtime(run_dir: str | Path, threads: int = 2, device: str = ""):
     checkpoint's, else phi_0), never re-running the cold start."""
     from lopd.checkpoint import latest_checkpoint
     from lopd.config import load_config
-    from lopd.runtime import build_runtime
+    from lopd.runtime_build import build_runtime
 
     run = Path(run_dir)
     config = load_config(run / "config.yaml")

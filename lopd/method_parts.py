@@ -5,7 +5,7 @@ SDFT's demonstrations.
 backbone, the experience bank, the retriever, the full-transcript store, the context provider),
 seeds the bank (reference solutions, or ``method.bank_file``) and runs the composer cold start
 once (``RUN/composer_phi0`` + ``RUN/coldstart.json``); other processes of a data-parallel run
-load its result. ``lopd.runtime.build_runtime`` calls these; they live here so the runtime module
+load its result. ``lopd.runtime_build.build_runtime`` calls these; they live here so the runtime module
 keeps to the objects and their save/restore.
 """
 
@@ -90,7 +90,7 @@ def seed_bank(rt: Runtime, count: int) -> int:
     trajs = [reference_trajectory(t, rt.renderer, rt.config.rollout.max_steps)
              for t in rt.train_tasks[:count] if t.reference]
     wins = [t for t in trajs if t.success]
-    return add_experiences(rt, [experience_from_trajectory(t, step=0, source="seed")
+    return rt.add_experiences([experience_from_trajectory(t, step=0, source="seed")
                                 for t in wins], [t.messages for t in wins])
 
 
@@ -101,15 +101,7 @@ def seed_bank_from_file(rt: Runtime, path: str, min_reward: float) -> int:
     rows = read_bank_file(path, min_reward)
     if not rows:
         raise ConfigError(f"method.bank_file: no row of {path} has reward >= {min_reward}")
-    return add_experiences(rt, [r.experience for r in rows], [r.messages for r in rows])
-
-
-def add_experiences(rt: Runtime, experiences: list, transcripts: list) -> int:
-    """Add rows to the bank (and the retriever) with their full transcripts."""
-    if rt.transcripts is not None:
-        rt.transcripts.put((e.task_id, e.trace_sha256, m)
-                           for e, m in zip(experiences, transcripts))
-    return len(rt.retriever.add(experiences))
+    return rt.add_experiences([r.experience for r in rows], [r.messages for r in rows])
 
 
 def run_cold_start(rt: Runtime, phi0: Path) -> dict:

@@ -38,6 +38,10 @@ _MARKER = ".lopd-complete"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-autocast": torch.float32}
 DTYPE_CHOICES = ("auto", *_DTYPES)
 
+STUDENT = "default"
+"""The PEFT adapter name of a LoRA student (the composer's encoder and phi_0 are other
+adapters of the same base)."""
+
 
 class ModelNotAvailable(RuntimeError):
     """A model name cannot be resolved; the message says what to install or pass."""

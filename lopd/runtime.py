@@ -1,5 +1,5 @@
 """Everything a training run holds: model + student adapter, teacher, composer, bank, retriever,
-optimisers, rollout backend; and how they are saved and restored.
+optimisers, rollout backend, and the phases the trainer runs on them.
 
 The trainer (``lopd.trainer``) keeps the algorithm; this module keeps the objects. One base
 model is shared: the student is its ``default`` LoRA adapter, the composer's encoder its
@@ -9,12 +9,15 @@ whole model and the teacher a separate frozen copy. A warm start (``model.init_a
 merged into the base before any of that, so "the base" is the initial policy. The parts each
 method adds (LOPD's composer, bank and cold start; SDFT's demonstrations) are assembled in
 ``lopd.method_parts``.
+
+The run's state is built, held and persisted by three modules, each below the trainer:
+``lopd.runtime_build`` builds a ``Runtime`` from a config, this module holds it, and
+``lopd.runtime_store`` saves it to checkpoints and restores it; the held-out evaluation of a
+run is ``lopd.evaluate.evaluate_runtime``.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,13 +26,10 @@ from typing import Any
 import torch
 
 from lopd import distributed
-from lopd.checkpoint import rng_state, save_checkpoint, set_rng_state
-from lopd.config import Config, ConfigError, save_config
+from lopd.config import Config
 from lopd.contexts import StepContext, text_context
-from lopd.models import model_device, resolve_dtype
+from lopd.models import STUDENT, model_device, resolve_dtype
 from lopd.types import Trajectory
-
-STUDENT = "default"
 
 
 @dataclass
@@ -181,15 +181,21 @@ class Runtime:
         wins = [t for t in trajs if t.success]
         if self.retriever is not None:
             if wins:
-                from lopd.method_parts import add_experiences
-
-                add_experiences(self, [experience_from_trajectory(t, step) for t in wins],
-                                [t.messages for t in wins])
+                self.add_experiences([experience_from_trajectory(t, step) for t in wins],
+                                     [t.messages for t in wins])
             if distributed.world()[1] > 1:  # other processes' rows
                 distributed.barrier()
                 self.retriever.sync()
         if self.skills is not None and wins:
             self.skills.add_from(wins, step)
+
+    def add_experiences(self, experiences: list, transcripts: list) -> int:
+        """Store experiences (and their full transcripts, for ``encoder_input=full``); returns
+        how many rows the bank added (rows it already holds are skipped)."""
+        if self.transcripts is not None:
+            self.transcripts.put((e.task_id, e.trace_sha256, m)
+                                 for e, m in zip(experiences, transcripts))
+        return len(self.retriever.add(experiences))
 
     def context(self, trajs: list[Trajectory], step: int) -> StepContext:
         method = self.config.method.name
@@ -283,118 +289,6 @@ class Runtime:
                 torch.nn.utils.clip_grad_norm_(self.composer.trainable_parameters(), clip)
             self.composer_opt.step()
 
-    # -- evaluation ----------------------------------------------------------------------------
-    def evaluate(self) -> dict:
-        from lopd.evaluate import evaluate_tasks, summarize
-        from lopd.rollout import RolloutConfig
-
-        cfg = self.config
-        backend = self.backend()
-        rollout = RolloutConfig(max_steps=cfg.rollout.max_steps,
-                                max_new_tokens=cfg.rollout.eval_tokens,
-                                max_context_tokens=cfg.rollout.max_context_tokens, temperature=0.0)
-        trajs = evaluate_tasks(backend, self.renderer, self.eval_tasks, rollout,
-                               batch_size=cfg.data.eval_batch, seed=cfg.run.seed)
-        return summarize(trajs)
-
-    # -- checkpoints -----------------------------------------------------------------------------
-    def save(self, step: int, rollouts: int, beta: float, beta_history: list[float]) -> Path:
-        def student(path: Path) -> None:
-            if self.config.model.student == "full":
-                self.model.save_pretrained(path)
-            else:
-                self.model.save_pretrained(path, selected_adapters=[STUDENT])
-            self.tokenizer.save_pretrained(path)
-
-        def optim(path: Path) -> None:
-            torch.save({"student": None if self.sharded else self.student_opt.state_dict(),
-                        "composer": self.composer_opt.state_dict() if self.composer_opt else None},
-                       path)
-
-        state = {"step": step, "rollouts": rollouts, "beta": beta, "beta_history": beta_history}
-        parts = {
-            "student": student,
-            "optim.pt": optim,
-            "state.json": lambda p: p.write_text(json.dumps(state)),
-            "rng.pt": lambda p: torch.save(rng_state(), p),
-            "config.yaml": lambda p: save_config(self.config, p),
-        }
-        if self.composer is not None:
-            parts["composer"] = lambda p: self.composer.save(p)
-        shared = []
-        if self.sharded:  # every process writes its shards of the student and its optimiser
-            from lopd.fsdp import save_student
-
-            del parts["student"]
-            shared.append(lambda folder: save_student(self.model, self.student_opt, folder))
-        return save_checkpoint(self.out, step, parts, keep=self.config.run.keep_checkpoints,
-                               shared=shared)
-
-    def restore(self) -> tuple[int, int, float, list[float]]:
-        """Load the newest intact checkpoint (a damaged one is reported in one line and the
-        one before it is used); the bank and the skills forget rows added after it."""
-        from lopd.checkpoint import all_checkpoints, checkpoint_problem
-        from lopd.run_dir import notice, one_line, unreadable_errors
-
-        for checkpoint in reversed(all_checkpoints(self.out)):
-            problem = checkpoint_problem(checkpoint)
-            if problem is None:
-                try:
-                    state = self._load_checkpoint(checkpoint)
-                    break
-                except unreadable_errors() as error:  # fall back to an older one
-                    problem = f"unreadable ({one_line(error)})"
-            notice(f"checkpoint {checkpoint} is {problem}: skipping it")
-        else:
-            raise FileNotFoundError(
-                f"--resume: no usable checkpoint under {self.out}/checkpoints; "
-                "start the run again without --resume")
-        if self.bank is not None:
-            self.bank.rollback_to_step(state["step"] - 1)
-            self.retriever.sync()
-        if self.skills is not None:
-            self.skills.rollback(state["step"] - 1)
-        self._trim_metrics(state["step"])
-        return state["step"], state["rollouts"], state["beta"], state["beta_history"]
-
-    def _load_checkpoint(self, checkpoint: Path) -> dict:
-        """Student, composer, optimisers and RNG streams from ``checkpoint``; its state.json."""
-        state = json.loads((checkpoint / "state.json").read_text())
-        if self.sharded:
-            from lopd.fsdp import load_student
-
-            load_student(self.model, self.student_opt, checkpoint)
-        else:
-            self._load_student(checkpoint / "student")
-        if self.composer is not None:
-            self.composer.load(checkpoint / "composer")
-        optim = torch.load(checkpoint / "optim.pt", weights_only=False, map_location="cpu")
-        if not self.sharded:
-            self.student_opt.load_state_dict(optim["student"])
-        if self.composer_opt is not None and optim["composer"] is not None:
-            self.composer_opt.load_state_dict(optim["composer"])
-        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
-        return state
-
-    def _trim_metrics(self, step: int) -> None:
-        from lopd.run_dir import trim_metrics
-
-        trim_metrics(self.out / "metrics.jsonl", step)
-
-    def _load_student(self, directory: Path) -> None:
-        if self.config.model.student == "full":
-            from safetensors.torch import load_file
-
-            state = {}
-            shards = sorted(directory.glob("*.safetensors"))
-            if not shards:
-                raise FileNotFoundError(f"no *.safetensors under {directory}")
-            for shard in shards:
-                state.update(load_file(shard))
-            self.model.load_state_dict(state, strict=False)
-            return
-        load_adapter_weights(self.model, directory, STUDENT)
-
     def settle_modes(self) -> None:
         """Eval mode for every module outside the training forwards (which switch to train mode
         themselves, ``checkpointing``). Modes decide kernel paths (e.g. attention): a run that
@@ -421,85 +315,3 @@ def experience_text_message(experiences: list[str]) -> dict:
     body = "\n\n".join(experiences)
     return {"role": "user",
             "content": f"Privileged information:\nExperience from related tasks:\n{body}"}
-
-
-def load_adapter_weights(model, directory: Path, adapter_name: str) -> None:
-    """Load a saved PEFT adapter's weights into an existing adapter of ``model``."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    weights = load_file(str(Path(directory) / "adapter_model.safetensors"))
-    set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
-
-
-def _build_model(config: Config):
-    from lopd.models import (
-        LoraSpec,
-        add_adapter,
-        enable_activation_checkpointing,
-        freeze,
-        load_model,
-        resolve_device,
-        setup_runtime,
-    )
-
-    setup_runtime(threads=config.run.threads, seed=config.run.seed,
-                  deterministic=config.run.deterministic,
-                  keep_freed_memory=config.run.keep_freed_memory)
-    try:
-        device = resolve_device(config.model.device)
-    except ValueError as error:
-        raise ConfigError(f"model.device: {error}") from None
-    weights_dtype = "bf16" if resolve_dtype(config.model.dtype, device) == "bf16" else "fp32"
-    # the warm start is merged into the base: the initial policy theta_bar (teacher, composer
-    # encoder, cold start) is the warm-started model, and the student starts from it
-    model, tokenizer = load_model(config.model.name, dtype=weights_dtype, device=str(device),
-                                  init_adapter=config.model.init_adapter)
-    teacher = None
-    if config.model.student == "full":
-        teacher = freeze(copy.deepcopy(model))
-        model.requires_grad_(True)
-    else:
-        model = add_adapter(model, STUDENT, LoraSpec(r=config.model.lora_r, alpha=config.model.lora_alpha))
-    if config.optim.activation_checkpointing:
-        for each in (model, teacher):
-            if each is not None:
-                enable_activation_checkpointing(each)
-    return model, tokenizer, teacher
-
-
-def build_runtime(config: Config, out: Path) -> Runtime:
-    """Load the model, tasks, and the method's extra parts (composer, bank, skills, demos)."""
-    from lopd.chat import ChatRenderer
-    from lopd.envs import check_references, task_pool
-    from lopd.framing import LatentPlacement
-    from lopd.fsdp import check, resolve_strategy, shard_runtime
-    from lopd.method_parts import attach_demos, attach_latent
-
-    sharded = resolve_strategy(config.dist.strategy) == "fsdp"
-    if sharded:
-        check(config)
-    model, tokenizer, teacher = _build_model(config)
-    train_tasks = task_pool(config.data.train_suite, config.data.max_train_tasks,
-                            config.data.train_max_tier)
-    check_references(config.method.name, train_tasks, config.data.train_suite)
-    eval_tasks = task_pool(config.data.eval_suite, config.data.eval_tasks,
-                           config.data.eval_max_tier)
-    rt = Runtime(config, out, model, tokenizer, ChatRenderer(tokenizer), train_tasks, eval_tasks,
-                 teacher_model=teacher,
-                 placement=LatentPlacement.build(config.method.latent_placement, tokenizer))
-    method = config.method.name
-    if method == "lopd":
-        attach_latent(rt)
-    elif method == "sdft":
-        attach_demos(rt)
-    elif method == "skill-sd":
-        from lopd.skills import SkillLibrary
-
-        rt.skills = SkillLibrary(out / "skills.sqlite", rt, config.method.num_experiences)
-    if sharded:  # before the optimiser is made, so that its moments are sharded too
-        shard_runtime(rt)
-    params = rt.student_parameters()
-    rt.student_opt = torch.optim.AdamW(params, lr=config.optim.student_lr,
-                                       weight_decay=config.optim.weight_decay)
-    return rt

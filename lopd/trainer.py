@@ -37,9 +37,12 @@ from lopd.batch import collate, gather_token_logprobs, kept_length
 from lopd.checkpoint import latest_checkpoint
 from lopd.config import Config, save_config
 from lopd.contexts import StepContext
+from lopd.evaluate import evaluate_runtime
 from lopd.methods import LossTerms, distill_loss, engine_logprobs, grpo_micro_loss
 from lopd.run_dir import output_dir_problem, repair, start_over
-from lopd.runtime import Runtime, build_runtime
+from lopd.runtime import Runtime
+from lopd.runtime_build import build_runtime
+from lopd.runtime_store import restore_run, save_run
 from lopd.types import Trajectory
 
 
@@ -80,7 +83,7 @@ class Trainer:
             write_with(self.out / "config.yaml", lambda path: save_config(self.config, path))
         self.rt: Runtime = build_runtime(self.config, self.out)
         if resume:
-            self.step, self.rollouts, self.beta, self.beta_history = self.rt.restore()
+            self.step, self.rollouts, self.beta, self.beta_history = restore_run(self.rt)
         self.rt.settle_modes()
 
     # -- one step ------------------------------------------------------------------------------
@@ -218,14 +221,14 @@ class Trainer:
     def checkpoint(self) -> Path | None:
         path = None
         if self.main or self.rt.sharded:  # sharded: every process writes its shards
-            path = self.rt.save(self.step, self.rollouts, self.beta, self.beta_history)
+            path = save_run(self.rt, self.step, self.rollouts, self.beta, self.beta_history)
         distributed.barrier()
         return path
 
     def evaluate(self) -> dict:
         """Held-out evaluation (main process only; the others help gather a sharded student)."""
         with self.rt.whole(self.rt.model):
-            summary = self.rt.evaluate() if self.main else {}
+            summary = evaluate_runtime(self.rt) if self.main else {}
         if not self.main:
             return {}
         record = {"step": self.step, "rollouts": self.rollouts, **{

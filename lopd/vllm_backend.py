@@ -168,7 +168,7 @@ def serve_student(engine: VLLMBackend, rt) -> VLLMBackend:
     """Load a training runtime's current student into ``engine``: a LoRA student merged
     (``lopd.merged.MergedStudent``), a full student as it is."""
     from lopd.merged import MergedStudent
-    from lopd.runtime import STUDENT
+    from lopd.models import STUDENT
 
     if rt.config.model.student == "full":
         engine.sync(rt.model)

@@ -49,11 +49,11 @@ def student_state(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 @contextmanager
 def sharpened_student():
-    """``lopd.runtime._build_model`` wrapped for the block: the student's output matrix times
+    """``lopd.runtime_build._build_model`` wrapped for the block: the student's output matrix times
     20 (the frozen teacher copy is made before, from the untouched weights)."""
-    import lopd.runtime
+    import lopd.runtime_build
 
-    build = lopd.runtime._build_model
+    build = lopd.runtime_build._build_model
 
     def sharpened(config):
         model, tokenizer, teacher = build(config)
@@ -61,11 +61,11 @@ def sharpened_student():
             model.get_output_embeddings().weight.mul_(20.0)
         return model, tokenizer, teacher
 
-    lopd.runtime._build_model = sharpened
+    lopd.runtime_build._build_model = sharpened
     try:
         yield
     finally:
-        lopd.runtime._build_model = build
+        lopd.runtime_build._build_model = build
 
 
 def main(out: str, overrides: list[str]) -> None:

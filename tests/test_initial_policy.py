@@ -54,7 +54,7 @@ def _batch(rt, n=2):
 
 @pytest.mark.parametrize("student", ["lora", "full"])
 def test_teacher_equals_student_at_step_zero_with_warm_start(tmp_path, student):
-    from lopd.runtime import build_runtime
+    from lopd.runtime_build import build_runtime
 
     adapter = _warm_start(tmp_path)
     config = _config(tmp_path, "grpo", **{"model.student": student,
@@ -82,7 +82,7 @@ def test_rank8_warm_start_under_rank16_student_trains(tmp_path):
 
 def test_missing_warm_start_is_a_clear_error(tmp_path):
     from lopd.models import ModelNotAvailable
-    from lopd.runtime import build_runtime
+    from lopd.runtime_build import build_runtime
 
     config = _config(tmp_path, "grpo", **{"model.init_adapter": tmp_path / "nowhere"})
     with pytest.raises(ModelNotAvailable, match="not a PEFT adapter directory"):

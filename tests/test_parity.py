@@ -143,7 +143,7 @@ def test_bank_file_min_reward_and_clear_errors(tmp_path):
 
 def _lopd_runtime(tmp_path, **extra):
     from lopd.config import load_config
-    from lopd.runtime import build_runtime
+    from lopd.runtime_build import build_runtime
 
     overrides = ["model.name=tiny-random", "model.dtype=fp32", "method.name=lopd",
                  "method.latent_tokens=4", "method.num_experiences=2", "method.cold_start_steps=0",

@@ -108,7 +108,7 @@ def cache_ready(root: Path, config) -> bool:
 def ensure_cache(config, root: Path) -> Path:
     """Seed the bank and cold-start the composer once for this key; returns the directory."""
     from lopd.method_parts import cold_start_examples, held_out_count
-    from lopd.runtime import build_runtime
+    from lopd.runtime_build import build_runtime
 
     directory = root / cache_key(config)
     if (directory / "cache.json").exists():
