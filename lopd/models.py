@@ -219,6 +219,22 @@ def _is_complete(directory: Path) -> bool:
     return any(directory.glob("*.safetensors")) and (directory / "tokenizer_config.json").is_file()
 
 
+@contextmanager
+def _building(directory: Path):
+    """An exclusive lock (``DIR.lock``) held while a cached model is built, so processes that
+    start at once (parallel tests, several ranks) do not build it twice or replace it under a
+    reader."""
+    import fcntl
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _save_atomically(directory: Path, model, tokenizer) -> None:
     """Write model + tokenizer to a temp dir, mark it complete, then rename into place."""
     tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
@@ -275,7 +291,9 @@ def resolve_model_dir(name: str) -> Path:
     if name in BUILTIN_MODELS:
         directory = cache_dir() / "models" / name
         if not _is_complete(directory):
-            (_convert_smollm2 if name == SMOLLM2 else _build_tiny)(directory)
+            with _building(directory):  # one process builds; the others wait, then reuse it
+                if not _is_complete(directory):
+                    (_convert_smollm2 if name == SMOLLM2 else _build_tiny)(directory)
         return directory
     path = Path(name).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
