@@ -16,10 +16,15 @@ the rollout engine keeps on the trajectory so that the trainer can log the engin
 gap and, optionally, correct for it (``lopd.losses.truncated_is_weights``).
 
 Weights: the engine is built from the model's directory (architecture, tokenizer) and then
-always serves the student's *current* weights: ``sync(model)`` loads them through vLLM's own
-``load_weights`` (HF parameter names; vLLM fuses q/k/v and gate/up itself) and resets the
-prefix cache, as TRL's colocate mode does after each optimiser step. A LoRA student is served
-merged (``lopd.merged``): on CPUs vLLM runs a LoRA adapter at ~10 tokens/s.
+always serves the student's *current* weights: ``sync(model)`` loads them through the
+worker's in-place ``reload_weights`` (HF parameter names; vLLM fuses q/k/v and gate/up and
+repacks for its kernels itself; about half a second for SmolLM2) and resets the prefix cache,
+as TRL's colocate mode does after each optimiser step. A LoRA student is served merged
+(``lopd.merged``): on CPUs vLLM runs a LoRA adapter at ~10 tokens/s.
+
+Threads: vLLM's CPU worker replaces ``torch.set_num_threads`` with a no-op for the whole
+process; the backend puts it back and keeps lopd's thread count (``run.threads``), and asks the
+engine not to pin threads to cores (``VLLM_CPU_OMP_THREADS_BIND=nobind``).
 
 Randomness: a per-request ``seed`` fails on vLLM's CPU build ("CPU Generator does not use
 offset"); its CPU sampler draws from torch's global generator instead. So each call runs under
@@ -102,6 +107,7 @@ class VLLMBackend:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
         self.stop_ids = sorted(stop_ids)
+        self.dtype = getattr(torch, dtype)  # the engine's weights: tensors are sent in it
         self.last_logprobs: list[list[float]] = []
         """Per prompt of the latest call, the engine's log-probability of each sampled token
         (the model's own distribution: before temperature, top-k and top-p)."""
@@ -138,7 +144,7 @@ class VLLMBackend:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy ``(HF parameter name, tensor)`` pairs into the engine's model and forget every
         cached prefix (its KV came from the old weights)."""
-        named = [(name, tensor.detach()) for name, tensor in weights]
+        named = [(name, tensor.detach().to(self.dtype)) for name, tensor in weights]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named,
                                                           "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
