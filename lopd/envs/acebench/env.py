@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from lopd.chat import ToolCall, format_tool_call, tool_system_prompt
+from lopd.envs.acebench.oracle import fixed_path
 from lopd.envs.acebench.phone import BaseApi, FoodPlatform, MessageApi, ReminderApi, Scenario
 from lopd.envs.acebench.prompts import instructions
 from lopd.envs.acebench.scoring import end_state, format_call, parse_path, process_score
@@ -127,8 +128,6 @@ def _parse_schema(schema: ToolSchema) -> ToolSchema:
 
 def oracle_calls(entry_id: str) -> list[tuple[str, dict[str, Any]]]:
     """The task's first milestone path as calls, with ``ORACLE_FIXES`` applied."""
-    from lopd.envs.acebench.oracle import fixed_path
-
     milestones = entry(entry_id)["mile_stone"]
     path = milestones[0] if milestones and isinstance(milestones[0], list) else milestones
     calls = [call for stone in path for call in parse_path(stone)]
