@@ -23,7 +23,7 @@ def mixed_share(rates: list[float], group: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lopd.envs.toolworld.tasks import load_tasks
+    from lopd.envs.toolworld import load_tasks
     from lopd.evaluate import EvalSpec, _policy_backend, evaluate_tasks, summarize
     from lopd.models import setup_runtime
     from lopd.rollout import RolloutConfig

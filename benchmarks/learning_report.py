@@ -142,7 +142,7 @@ def curve_lines(summaries: list[dict]) -> list[str]:
 
 def test_tiers(split: str = "test") -> dict[str, int]:
     """Held-out task id -> difficulty tier (tool calls in the reference solution)."""
-    from lopd.envs.toolworld.tasks import load_tasks
+    from lopd.envs.toolworld import load_tasks
 
     return {task.id: int(task.metadata["tier"]) for task in load_tasks(split)}
 

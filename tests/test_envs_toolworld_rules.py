@@ -76,7 +76,7 @@ def test_train_references_pass_sample():
 
 
 def _reference_calls(task):
-    from lopd.envs.toolworld.tasks import spec_for
+    from lopd.envs.toolworld.suites import spec_for
 
     return spec_for(task).reference
 

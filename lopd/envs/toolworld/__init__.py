@@ -7,13 +7,13 @@ See ``base`` for checks, ``env`` for the episode semantics and ``tasks`` for the
 """
 
 from lopd.envs.toolworld.env import ToolWorldEnv
+from lopd.envs.toolworld.suites import load_tasks
 from lopd.envs.toolworld.tasks import (
     DEFAULT_MIX,
     DOMAINS,
     TRAIN_DOMAINS,
     TRANSFER_DOMAINS,
     generate_spec,
-    load_tasks,
 )
 
 __all__ = [

@@ -31,7 +31,7 @@ class ToolWorldEnv:
 
     def __init__(self, task: Task, seed: int = 0, max_steps: int = 30,
                  max_calls: int = MAX_CALLS_PER_TURN):
-        from lopd.envs.toolworld.tasks import domain_class, spec_for
+        from lopd.envs.toolworld.suites import domain_class, spec_for
 
         self.task = task
         self.seed = seed  # the episode is fully determined by the task; kept for the protocol

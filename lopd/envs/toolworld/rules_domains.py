@@ -4,24 +4,72 @@ The added tools (``verify_identity``, ``request_approval``, ``hold_slot``, ``bac
 ``apply_member_pricing``, ``check_passport``, ``confirm_occupant``, ...) change no state and
 their descriptions say what they do, never when a policy needs them: which organisation's rule
 asks for which of them is what an agent learns from experience (``rules``, ``rules_orgs``).
-Every rules domain enforces its organisation's rules through ``rules.RulesMixin``.
+Every rules domain enforces its organisation's rules through ``RulesMixin``.
 """
 
 from __future__ import annotations
 
-import posixpath
+from typing import Any
 
+from lopd.chat import validate_arguments
 from lopd.envs.toolworld.banking import Banking
 from lopd.envs.toolworld.base import Domain, Param, ToolError, tool
 from lopd.envs.toolworld.calendar import Calendar, minutes, valid_date
 from lopd.envs.toolworld.filesystem import FileSystem
 from lopd.envs.toolworld.inventory import Inventory
-from lopd.envs.toolworld.rules import RulesMixin
+from lopd.envs.toolworld.rules import Args, Org, Rule
+from lopd.envs.toolworld.rules_orgs import ORGS
 from lopd.envs.toolworld.shopping import Shopping
 from lopd.envs.toolworld.smarthome import SmartHome
 from lopd.envs.toolworld.travel import Travel
 
 _NOTE = Param("string", "Text of the note.", max_length=500)
+
+
+class RulesMixin:
+    """Enforces the organisation's rules (``state["policy"]["org"]``) before each call and keeps
+    the episode's successful calls (``history``) that prerequisites look for."""
+
+    def __init__(self, state: dict[str, Any]):
+        super().__init__(state)
+        self.history: list[tuple[str, Args]] = []
+
+    def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        problem = self.policy_problem(name, arguments)
+        if problem:
+            return {"error": problem}
+        result = super().call(name, arguments)
+        if not (isinstance(result, dict) and "error" in result):
+            self.history.append((name, dict(arguments)))
+        return result
+
+    def policy_problem(self, name: Any, arguments: Any) -> str | None:
+        """The rejection of a call that breaks a rule; None when it breaks none (or when the
+        call is malformed: the tool's own validation answers that)."""
+        schema = self._schemas_by_name().get(name) if isinstance(name, str) else None
+        if schema is None or validate_arguments(arguments, schema):
+            return None
+        org = org_of(self.state)
+        if org is None:
+            return None
+        for rule in org.rules:
+            if _breaks(rule, self, name, arguments):
+                return f"{name} rejected by {org.name} policy: {rule.failure}"
+        return None
+
+
+def _breaks(rule: Rule, world: Domain, name: str, arguments: Args) -> bool:
+    """Whether the call breaks ``rule``; False when the rule cannot read the call (an unknown
+    id, say): the tool itself answers that."""
+    try:
+        return rule.applies(world, name, arguments) and not rule.satisfied(world, arguments)
+    except Exception:  # noqa: BLE001 - model input must never crash an episode
+        return False
+
+
+def org_of(state: dict[str, Any]) -> Org | None:
+    policy = state.get("policy") if isinstance(state, dict) else None
+    return ORGS.get(policy.get("org")) if isinstance(policy, dict) else None
 
 
 class RulesBanking(RulesMixin, Banking):
@@ -106,13 +154,3 @@ RULES_DOMAINS: dict[str, type[Domain]] = {
     cls.name: cls for cls in (RulesBanking, RulesInventory, RulesCalendar, RulesFileSystem,
                               RulesShopping, RulesTravel, RulesSmartHome)
 }
-
-
-def file_result(state: dict, args: dict) -> str:
-    """The path a ``write_file`` / ``move_file`` call creates."""
-    if "source" in args:
-        destination = posixpath.normpath(args["destination"])
-        if destination in state["dirs"]:
-            return posixpath.join(destination, posixpath.basename(args["source"]))
-        return destination
-    return posixpath.normpath(args["path"])

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
-from lopd.envs.toolworld.rules import Org, Rule
-from lopd.envs.toolworld.rules_domains import file_result
+from lopd.envs.toolworld.rules import Org, Rule, file_result
 
 
 def _arg(name: str, as_key: str | None = None):

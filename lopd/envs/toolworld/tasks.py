@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from functools import lru_cache
 
 from lopd.chat import format_tool_call
@@ -60,24 +59,6 @@ def tier_schedule(n: int, mix: dict[int, float], rng: random.Random) -> list[int
 
 def generate_spec(domain: str, tier: int, seed: int) -> TaskSpec:
     return DOMAINS[domain].generate(random.Random(seed), tier)
-
-
-def spec_for(task: Task) -> TaskSpec:
-    meta = task.metadata
-    if "org" in meta:  # a rules task (lopd.envs.toolworld.rules)
-        from lopd.envs.toolworld.rules import rules_spec
-
-        return rules_spec(meta["domain"], meta["org"], int(meta["tier"]), int(meta["seed"]))[0]
-    return generate_spec(meta["domain"], int(meta["tier"]), int(meta["seed"]))
-
-
-def domain_class(task: Task) -> type[Domain]:
-    """The domain of ``task``: its rules domain when it belongs to an organisation."""
-    if "org" in task.metadata:
-        from lopd.envs.toolworld.rules_domains import RULES_DOMAINS
-
-        return RULES_DOMAINS[task.metadata["domain"]]
-    return DOMAINS[task.metadata["domain"]]
 
 
 def make_task(split: str, domain: str, index: int, tier: int, seed: int) -> Task:
@@ -128,31 +109,3 @@ def _generate_split(split: str, mix_items: tuple[tuple[int, float], ...]) -> tup
     interleaved = [per_domain[d][i] for i in range(max(counts.values())) for d in domains
                    if i < len(per_domain[d])]
     return tuple(interleaved)
-
-
-def load_tasks(
-    split: str,
-    n: int | None = None,
-    tiers: Iterable[int] | None = None,
-    domains: Iterable[str] | None = None,
-    mix: dict[int, float] | None = None,
-) -> list[Task]:
-    """ToolWorld tasks of ``split``, optionally filtered by tier/domain, first ``n`` kept."""
-    mix_items = tuple(sorted((mix or DEFAULT_MIX).items()))
-    if split.startswith("rules-"):  # rules-train, rules-test, rules-transfer
-        from lopd.envs.toolworld.rules import generate_rules_split
-
-        generated = generate_rules_split(split.removeprefix("rules-"), mix_items)
-    else:
-        generated = _generate_split(split, mix_items)
-    tasks = [replace(t, tools=list(t.tools), metadata=dict(t.metadata)) for t in generated]
-    if tiers is not None:
-        keep = set(tiers)
-        tasks = [t for t in tasks if t.metadata["tier"] in keep]
-    if domains is not None:
-        wanted = set(domains)
-        unknown = wanted - set(DOMAINS)
-        if unknown:
-            raise ValueError(f"unknown ToolWorld domains: {sorted(unknown)}")
-        tasks = [t for t in tasks if t.domain in wanted]
-    return tasks[:n] if n is not None else tasks
