@@ -219,8 +219,7 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, generator: torch.G
 
 
 def _to_device(index: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A CPU index tensor on ``device`` without a host synchronisation (pinned source,
-    non-blocking copy); unchanged on the CPU."""
+    """A CPU index tensor on ``device`` with no host sync (pinned, non-blocking copy)."""
     if device.type == "cpu":
         return index
     if device.type == "cuda":
@@ -289,12 +288,8 @@ class HFBackend:
         return None
 
     def _store(self, fresh: dict, cache, attention, batch_rows, sequences) -> None:
-        """Copy the KV of ``batch_rows`` (real positions only) into ``fresh``, keyed by ids.
-
-        The rows' attention masks come back to the host in one read; each row's real positions
-        then go to the device as one index (a pinned, non-blocking copy) and its KV is gathered
-        with ``index_select``, so a store costs one host synchronisation however many rows and
-        layers it copies (a boolean index per layer and row would cost one each)."""
+        """Copy the KV of ``batch_rows`` (real positions only) into ``fresh``, keyed by ids: one
+        read of their masks to the host, then device-side gathers (one sync per store)."""
         from transformers.cache_utils import DynamicLayer
 
         layers = getattr(cache, "layers", None)

@@ -103,7 +103,7 @@ class Journal:
                 value = target[key]
                 if _foreign(value, self):
                     _store(target, key, _track(value, self))
-                bad += [(key, *path) for path in _non_finite(target[key])]
+                bad += [(key, *path) for path in non_finite_paths(target[key])]
         return bad
 
     def note(self, record: tuple) -> None:
@@ -135,8 +135,8 @@ def _store(target: Any, key: Any, value: Any) -> None:
     (dict.__setitem__ if isinstance(target, dict) else list.__setitem__)(target, key, value)
 
 
-def _non_finite(value: Any) -> list[tuple]:
-    """Paths of NaN/infinite floats in ``value`` (iterative)."""
+def non_finite_paths(value: Any) -> list[tuple]:
+    """Paths of every NaN or infinite float in a JSON-like value (iterative walk)."""
     found, stack = [], [((), value)]
     while stack:
         path, node = stack.pop()

@@ -36,6 +36,7 @@ from typing import Any
 
 from lopd.chat import clip, validate_arguments
 from lopd.envs.journal import Journal, track
+from lopd.envs.journal import non_finite_paths as _non_finite_in  # the one walk of a state
 from lopd.types import ToolSchema
 
 _MISSING = object()
@@ -333,19 +334,8 @@ def _has_non_finite(state: Any) -> bool:
 
 
 def non_finite_paths(state: Any) -> list[tuple[Any, ...]]:
-    """Paths of every NaN or infinite float in a JSON-like value (iterative walk)."""
-    if not _has_non_finite(state):
-        return []
-    found, stack = [], [((), state)]
-    while stack:
-        path, node = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            found.append(path)
-        elif isinstance(node, dict):
-            stack.extend((path + (k,), v) for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((path + (i,), v) for i, v in enumerate(node))
-    return found
+    """Paths of every NaN or infinite float in a JSON-like value."""
+    return _non_finite_in(state) if _has_non_finite(state) else []
 
 
 def is_count(value: Any, low: int = 0, high: int | None = None) -> bool:
