@@ -37,8 +37,8 @@ CPU it is much faster than ``model.generate()`` and gives the same greedy output
   whether any position is masked, one more wait per step. Not done: CUDA graphs and
   ``torch.compile`` (shapes change at every sync point; no GPU measured them).
 
-The ``GenerationBackend`` protocol is the seam for other engines (vLLM on GPUs): anything with
-``generate(prompts, params) -> list[list[int]]`` can drive the rollout engine.
+``GenerationBackend`` is the seam for other engines (``lopd.vllm_backend``): anything with
+``generate(prompts, params) -> list[list[int]]`` drives the rollout engine.
 """
 
 from __future__ import annotations
@@ -453,8 +453,7 @@ class HFBackend:
                 tokens = sample_rows(logits, params, generator, rows, len(prompts))
             tokens = tokens.masked_fill(done, self.pad_id)  # (B,)
             window.append(tokens)
-            # a comparison, not torch.isin: with many stop ids isin sorts and finds unique
-            # values on the device, which reads sizes back to the host at every step
+            # not torch.isin: with many stop ids it sorts on the device and syncs every step
             done = done | (tokens[:, None] == stop_ids).any(dim=-1)
             last = step == params.max_new_tokens - 1
             if not last and (step + 1) % self.sync_every:
