@@ -3,12 +3,22 @@
 ``python tests/kill_driver.py POINT lopd-args...``; POINT is one of ``KILL_POINTS`` or
 ``none``. The kill is a real ``kill -9`` of this process, placed in the middle of a write where
 there is one (half a file on disk, an open SQLite transaction, half a metrics line).
+
+``python tests/kill_driver.py --serve`` is the same, run many times at a lower price: it
+imports what every run imports (torch, transformers, peft, the trainer: most of a run's time)
+once, then forks one child per request read from stdin (``ForkServer`` is the client). Each
+child is a run of its own process, as above: it installs its kill point after the fork, writes
+its stdout/stderr to the files named, and exits through the interpreter as a plain run does
+(its exit status, or ``-9`` when killed, is the answer).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -85,8 +95,78 @@ def _install(point: str) -> None:
         raise SystemExit(f"unknown kill point {point!r}")
 
 
+PRELOAD = ("torch", "safetensors.torch", "transformers", "peft", "lopd.cli", "lopd.trainer",
+           "lopd.checkpoint", "lopd.experience.bank", "lopd.runtime_build", "lopd.models")
+
+
+def _serve() -> tuple[str, list[str]]:
+    """Import ``PRELOAD``, then fork a child per request line; returns (point, lopd args) in
+    a child only. The patches of ``_install`` are made after the fork and reach the same
+    attributes as in a plain run (module attributes, or names imported when called)."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 (lazy modules)
+
+    while line := sys.stdin.readline():
+        request = json.loads(line)
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
+                                    (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                    (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+                opened = os.open(path, flags, 0o644)
+                os.dup2(opened, fd)
+                os.close(opened)
+            sys.stdin = open(os.devnull)  # noqa: SIM115 (the child's stdin until it exits)
+            sys.argv = [sys.argv[0], request["point"], *request["args"]]
+            return request["point"], request["args"]
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+    sys.exit(0)
+
+
+class ForkServer:
+    """Client of ``kill_driver.py --serve``: ``run(point, args, timeout)`` is
+    ``subprocess.run([python, kill_driver.py, point, *args])``, at the cost of a fork."""
+
+    def __init__(self, env: dict):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.count = 0
+
+    def run(self, point: str, args: list[str], folder: Path,
+            timeout: float) -> subprocess.CompletedProcess:
+        self.count += 1
+        out, err = (folder / f"kill-driver-{self.count}.{n}" for n in ("out", "err"))
+        request = {"point": point, "args": args, "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            self.close()
+            raise subprocess.TimeoutExpired([point, *args], timeout)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"kill_driver.py --serve exited ({self.proc.wait()})")
+        reply = json.loads(line)
+        return subprocess.CompletedProcess([point, *args], reply["returncode"],
+                                           out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
 if __name__ == "__main__":
-    _install(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        POINT, ARGS = _serve()
+    else:
+        POINT, ARGS = sys.argv[1], sys.argv[2:]
+    _install(POINT)
     from lopd.cli import main
 
-    sys.exit(main(sys.argv[2:]))
+    sys.exit(main(ARGS))

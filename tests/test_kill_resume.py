@@ -7,19 +7,19 @@ checkpoint, in the middle of step 2, half-way through a metrics line. The run is
 again -- with ``--resume`` when a checkpoint survived, else plainly (``--resume`` then fails
 with one clear line) -- and its metrics, student, composer, optimiser state and phi_0 must
 equal those of an uninterrupted run exactly.
+
+The runs are forked from one ``kill_driver.py --serve`` process that has imported torch and
+the trainer once (a process per run all the same, killed for real).
 """
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from kill_driver import KILL_POINTS
+from kill_driver import KILL_POINTS, ForkServer
 
-DRIVER = Path(__file__).with_name("kill_driver.py")
 ARGS = ["model.name=tiny-random", "model.dtype=fp32", "model.device=cpu", "optim.steps=3",
         "optim.tasks_per_step=2", "optim.group_size=2", "optim.micro_batch=2",
         "optim.student_lr=0.01", "optim.composer_lr=0.01", "rollout.max_steps=2",
@@ -34,12 +34,18 @@ SURVIVING_CHECKPOINT = {"seeding": None, "phi0": None, "checkpoint-1": None,
 pytestmark = pytest.mark.slow
 
 
-def _lopd(point, run, *extra):
+@pytest.fixture(scope="module")
+def server():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("LOPD_DEBUG", None)
-    return subprocess.run([sys.executable, str(DRIVER), point, "train", *ARGS,
-                           f"run.out_dir={run}", *extra], capture_output=True, text=True,
-                          env=env, timeout=900, check=False)
+    forks = ForkServer(env)
+    yield forks
+    forks.close()
+
+
+def _lopd(server, point, run, *extra):
+    return server.run(point, ["train", *ARGS, f"run.out_dir={run}", *extra], run.parent,
+                      timeout=900)
 
 
 def _outcome(run: Path) -> dict:
@@ -62,17 +68,17 @@ def _outcome(run: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory):
+def straight(tmp_path_factory, server):
     run = tmp_path_factory.mktemp("straight") / "run"
-    done = _lopd("none", run)
+    done = _lopd(server, "none", run)
     assert done.returncode == 0, done.stderr[-3000:]
     return _outcome(run)
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
-def test_kill_then_restart_repeats_the_straight_run(tmp_path, straight, point):
+def test_kill_then_restart_repeats_the_straight_run(tmp_path, server, straight, point):
     run = tmp_path / "run"
-    killed = _lopd(point, run)
+    killed = _lopd(server, point, run)
     assert killed.returncode == -9, (point, killed.stderr[-3000:])
     from lopd.checkpoint import latest_checkpoint
 
@@ -80,13 +86,13 @@ def test_kill_then_restart_repeats_the_straight_run(tmp_path, straight, point):
     expected = SURVIVING_CHECKPOINT[point]
     assert (survivor.name if survivor else None) == (f"step-{expected:06d}" if expected else None)
     if expected is None:
-        refused = _lopd("none", run, "--resume")
+        refused = _lopd(server, "none", run, "--resume")
         assert refused.returncode == 2
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         assert "Traceback" not in refused.stderr and "--resume" in refused.stderr
-        again = _lopd("none", run)
+        again = _lopd(server, "none", run)
     else:
-        again = _lopd("none", run, "--resume")
+        again = _lopd(server, "none", run, "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Traceback" not in again.stderr
     got = _outcome(run)
