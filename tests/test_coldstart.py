@@ -45,7 +45,7 @@ def test_cold_start_lowers_teacher_nll_with_context(tmp_path):
     student = {n: p.clone() for n, p in model.named_parameters() if "composer" not in n}
     examples = synthetic_examples(tokenizer, 12)
     result = cold_start(composer, model, tokenizer, examples, steps=30, lr=3e-3, batch_size=6,
-                        save_dir=tmp_path / "phi0")
+                        micro_batch=6, save_dir=tmp_path / "phi0")
     assert len(result.losses) == 30
     # Untrained, the context is noise: no better than no context at all.
     assert result.nll_context_before > result.nll_no_context - 0.05
@@ -106,6 +106,9 @@ def test_cold_start_on_smollm2_helps_the_real_teacher():
     """
     model, tokenizer, composer = build("smollm2-135m", num_queries=4, n_layers=1)
     examples = synthetic_examples(tokenizer, 8)
-    result = cold_start(composer, model, tokenizer, examples, steps=10, lr=3e-3, batch_size=4)
+    # micro_batch=4: the 4 examples of a step in one forward (the same gradient as 4 forwards
+    # of one, test_micro_batches_accumulate_the_whole_batch_gradient; half the time on a CPU)
+    result = cold_start(composer, model, tokenizer, examples, steps=10, lr=3e-3, batch_size=4,
+                        micro_batch=4)
     assert result.nll_context_after < result.nll_context_before - 0.5, result.as_dict()
     assert result.nll_context_after < result.nll_no_context - 0.2, result.as_dict()
