@@ -35,7 +35,7 @@ demo: $(STAMP)
 	$(BIN)/lopd demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -x -n 2 --dist loadfile --timeout 1800
+	$(BIN)/python -m pytest -q -x -n 2 --dist loadfile --no-loadscope-reorder --timeout 1800
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" --timeout 600

@@ -1,8 +1,10 @@
-"""Shared test settings: one torch thread (the machine has 2 cores), cached tiny model, and an
-evaluation lock of the tests' own (a test never waits for a real run's evaluation)."""
+"""Shared test settings: one torch thread (the machine has 2 cores), cached tiny model, an
+evaluation lock of the tests' own (a test never waits for a real run's evaluation), and the
+order in which ``make test``'s workers take the test files."""
 
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,28 @@ def smol_tokenizer():
     from lopd.models import load_tokenizer
 
     return load_tokenizer("smollm2-135m")
+
+
+# The longest test files (measured, longest first). ``make test`` runs
+# ``-n 2 --dist loadfile --no-loadscope-reorder``: each file stays on one worker (its module
+# fixtures are built once) and the workers take the files in the order collected here. Long
+# files first, then the others by number of tests (xdist's own order), so that no long file is
+# started last and runs on one worker while the other has nothing left to do.
+LONG_FIRST = ("test_vllm_backend.py", "test_fsdp.py", "test_kill_resume.py",
+              "test_hostile_code.py", "test_experiments.py", "test_coldstart.py", "test_demo.py",
+              "test_generation.py", "test_distributed.py", "test_learning_sweep.py",
+              "test_hostile_tools.py", "test_trainer.py", "test_resume.py",
+              "test_initial_policy.py", "test_envs_code.py", "test_plugins.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker: long files first, then by number of tests (order within a file kept)."""
+    if not hasattr(config, "workerinput"):
+        return
+    count = Counter(item.path.name for item in items)
+
+    def rank(item):
+        name = item.path.name
+        return (LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST), -count[name])
+
+    items.sort(key=rank)
