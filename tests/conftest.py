@@ -19,10 +19,17 @@ os.environ["LOPD_EVAL_LOCK"] = str(Path(tempfile.mkdtemp(prefix="lopd-tests-")) 
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
+    """One torch thread in this process for the whole session, whatever a run's ``run.threads``
+    asks (default 2) of ``setup_runtime``: ``make test``'s two workers share two cores, and a
+    second thread each oversubscribes them (the quick LOPD demo: 16 s with one, 125 s with two,
+    on a busy machine). A thread count changes no result a test checks."""
     import torch
 
-    torch.set_num_threads(1)
+    set_threads = torch.set_num_threads
+    set_threads(1)
+    torch.set_num_threads = lambda _threads: set_threads(1)
     yield
+    torch.set_num_threads = set_threads
 
 
 @pytest.fixture(scope="session")
