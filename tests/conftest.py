@@ -53,10 +53,10 @@ def smol_tokenizer():
 # files first, then the others by number of tests (xdist's own order), so that no long file is
 # started last and runs on one worker while the other has nothing left to do.
 LONG_FIRST = ("test_vllm_backend.py", "test_fsdp.py", "test_kill_resume.py",
-              "test_hostile_code.py", "test_experiments.py", "test_coldstart.py", "test_demo.py",
-              "test_generation.py", "test_distributed.py", "test_learning_sweep.py",
-              "test_hostile_tools.py", "test_trainer.py", "test_resume.py",
-              "test_initial_policy.py", "test_envs_code.py", "test_plugins.py")
+              "test_hostile_code.py", "test_experiments.py", "test_trainer.py",
+              "test_coldstart.py", "test_generation.py", "test_resume.py", "test_distributed.py",
+              "test_hostile_tools.py", "test_initial_policy.py", "test_plugins.py",
+              "test_demo.py", "test_learning_sweep.py", "test_envs_code.py")
 
 
 def pytest_collection_modifyitems(config, items):
