@@ -237,6 +237,10 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"comma-separated, of {', '.join(CONTEXTS)}")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="more overrides")
+    parser.add_argument("--keep-run", default="",
+                        help="run directory to build in and keep (phi_0 and the bank, seed rows plus "
+                             "the scored steps' successes, for a later --from-run); default: "
+                             "a temporary one")
     parser.add_argument("--name", default="teacher_privilege")
     parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -250,11 +254,12 @@ def main(argv: list[str] | None = None) -> None:
     steps = [int(s) for s in args.steps.split(",")]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build(args, Path(tmp) / "run")
+        run_dir = Path(args.keep_run) if args.keep_run else Path(tmp) / "run"
+        trainer = build(args, run_dir)
         trainer_module.distill_loss = recording_distill_loss(record, trainer.rt.tokenizer)
         setup = time.perf_counter() - started
         trainer.rt.optimizer_step = lambda: None  # every step scores the warm start
-        report_file = Path(tmp) / "run" / "coldstart.json"
+        report_file = run_dir / "coldstart.json"
         coldstart = json.loads(report_file.read_text()) if report_file.exists() else {}
         rewards = []
         for step in steps:
