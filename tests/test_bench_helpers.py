@@ -96,3 +96,21 @@ def test_dtype_bench_names_runs_and_times_every_way():
     times = linear_call_times(rows=2, calls=2)
     assert set(times) == {"fp32", "bf16 autocast", "bf16 weights"}
     assert all(value >= 0 for value in times.values())
+
+
+def test_forward_only_scoring_restores_autograd_and_the_composer_backward():
+    from types import SimpleNamespace
+
+    from benchmarks.teacher_privilege import forward_only
+
+    calls = []
+    trainer = SimpleNamespace(rt=SimpleNamespace(composer_backward=lambda *a: calls.append(a) or 1.0))
+    original = torch.Tensor.backward
+    x = torch.ones(2, requires_grad=True)
+    with forward_only(trainer):
+        assert not torch.is_grad_enabled()
+        (x * 2).sum().backward()  # a no-op: no graph, no error, no gradient
+        assert trainer.rt.composer_backward(None, None) == 0.0 and not calls
+    assert x.grad is None and torch.Tensor.backward is original and torch.is_grad_enabled()
+    (x * 2).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0] and trainer.rt.composer_backward() == 1.0
