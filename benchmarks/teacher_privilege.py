@@ -25,8 +25,12 @@ On the rules suites it also measures the shift on the tokens a rule decides
 (``benchmarks.rule_tokens``: the name of the rollout's first call to a prerequisite or a gated
 tool), and the share of retrieved experiences that come from the task's own organisation:
 
-    .venv/bin/python -m benchmarks.teacher_privilege --steps 0,1 \
+    .venv/bin/python -m benchmarks.teacher_privilege --steps 0,1,2,3,4,5 \
+        --contexts latent,text --keep-run runs/tp-rules \
         --set data.train_suite=toolworld-rules-train --name rules/teacher_privilege
+
+(``--keep-run`` keeps phi_0 and the bank; ``--from-run runs/tp-rules`` then skips the cold
+start, which takes most of the time on a CPU.)
 
 Per context it reports, over the rollouts that had a context, the mean shift
 ``mean_n (log pT - log pS)`` on successful and on failed rollouts, their difference, and Delta,
