@@ -95,9 +95,8 @@ VARIANTS.update({f"{m}-{SETTING}-{FP32}": (f"{label}, {SETTING_LABEL}, fp32 thro
 VARIANTS[f"grpo-{SETTING}-bf16"] = (f"GRPO, {SETTING_LABEL}, bf16 autocast",
                                     (*setting_overrides("grpo"), "model.dtype=bf16-autocast"))
 """Numerics control: the same tasks as an fp32 seed, trained in bf16 autocast."""
-VARIANTS.update({f"{m}-{SETTING}-hf": (f"{label}, {SETTING_LABEL}, rollouts on lopd's HF loop",
-                                        (*setting_overrides(m), "rollout.backend=hf"))
-                 for m, label in METHOD_LABELS.items() if m == "grpo"})
+VARIANTS[f"grpo-{SETTING}-hf"] = (f"GRPO, {SETTING_LABEL}, rollouts on lopd's HF loop",
+                                  (*setting_overrides("grpo"), "rollout.backend=hf"))
 """Engine control: the same seed with rollouts sampled by lopd's own decode loop instead of
 vLLM (``rollout.backend=auto`` picks vLLM where it is installed)."""
 VARIANTS.update({f"lopd-{SETTING}-{key}": (f"LOPD, {SETTING_LABEL}, {label}",

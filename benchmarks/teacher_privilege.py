@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     per_context: dict[str, list] = {name: [] for name in contexts}
     shares: dict[str, list] = {}
     steps = [int(s) for s in args.steps.split(",")]
+    cpu = cpu_line()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(args.keep_run) if args.keep_run else Path(tmp) / "run"
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
         trainer.rt.optimizer_step = lambda: None  # every step scores the warm start
         report_file = run_dir / "coldstart.json"
         coldstart = json.loads(report_file.read_text()) if report_file.exists() else {}
+        coldstart.pop("train_losses", None)
         rewards = []
         for step in steps:
             trajs = trainer.rt.rollout(trainer.sample_tasks(step), step)
@@ -298,19 +300,22 @@ def main(argv: list[str] | None = None) -> None:
                 per_context[name] += pairs
             print(f"step {step}: reward {statistics.fmean(t.reward for t in trajs):.3f}, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
-            result = {
-                "command": command_line("benchmarks.teacher_privilege", args),
-                "cpu": cpu_line(), "setup_seconds": round(setup, 1),
+            result = {  # written after every step: a stopped run keeps what it scored
+                "command": command_line("benchmarks.teacher_privilege", args), "cpu": cpu,
+                "setup_seconds": round(setup, 1),
                 "seconds": round(time.perf_counter() - started, 1), "rollouts": len(rewards),
                 "steps_scored": steps[: steps.index(step) + 1],
-                "mean_reward": statistics.fmean(rewards),
-                "coldstart": {k: v for k, v in coldstart.items() if k != "train_losses"},
-                "contexts": {name: summarize(pairs) for name, pairs in per_context.items()},
-                "same_org_share": {name: list(mean_se(flags)) + [len(flags)]
-                                   for name, flags in shares.items() if flags},
-            }
-            write_results(args, result)  # after every step: a stopped run keeps what it scored
+                "mean_reward": statistics.fmean(rewards), "coldstart": coldstart,
+                **summaries(per_context, shares)}
+            write_results(args, result)
     print((Path(args.results_dir) / f"{args.name}.md").read_text())
+
+
+def summaries(per_context: dict[str, list], shares: dict[str, list]) -> dict:
+    """The result's per-context summaries and same-organisation shares so far."""
+    return {"contexts": {name: summarize(pairs) for name, pairs in per_context.items()},
+            "same_org_share": {name: list(mean_se(flags)) + [len(flags)]
+                               for name, flags in shares.items() if flags}}
 
 
 def write_results(args, result: dict) -> None:
@@ -334,7 +339,7 @@ def report(args, result: dict) -> str:
         "# The teacher's margin at the warm start, per privileged context", "",
         f"    {result['command']}", "", f"CPU: {result['cpu']}", "",
         (f"Variant `{args.variant}`, seed {args.seed}, the tasks of steps "
-         f"{','.join(map(str, result.get('steps_scored', [args.steps])))}: "
+         f"{','.join(map(str, result['steps_scored']))}: "
          f"{result['rollouts']} rollouts, mean reward {result['mean_reward']:.3f}; no optimiser "
          f"step, so the teacher and the student are the warm start and the shift is what the "
          f"context adds. Setup (bank and cold start where the method has them) {result['setup_seconds']} s; all "
