@@ -84,6 +84,11 @@ VARIANTS["sdpo-lr5e-5-t0.7-tier1-g8"] = (
     f"SDPO, {SETTING_LABEL.replace('lr 5e-4', 'lr 5e-5 (a tenth)')}",
     setting_overrides("sdpo", lr="5e-5"))
 """Step-size control for the distillation rows that end below the warm start (RESULTS.md)."""
+VARIANTS.update({f"grpo-lr{lr}-t0.7-tier1-g8": (
+    f"GRPO, {SETTING_LABEL.replace('lr 5e-4', f'lr {lr}')}", setting_overrides("grpo", lr=lr))
+    for lr in ("1e-4", "2e-4")})
+"""Step-size controls for GRPO on the rules suites, where its lr-5e-4 run collapsed after four
+updates from one-success-in-eight groups (benchmarks/results/rules/README.md)."""
 FP32 = "fp32"
 """Suffix of the variants pinned to fp32 (``model.dtype=fp32``). ``dtype auto`` trains in fp32
 on a CPU without native bf16 and in bf16 autocast on one with it, so these are the numerics
@@ -99,6 +104,12 @@ VARIANTS[f"grpo-{SETTING}-hf"] = (f"GRPO, {SETTING_LABEL}, rollouts on lopd's HF
                                   (*setting_overrides("grpo"), "rollout.backend=hf"))
 """Engine control: the same seed with rollouts sampled by lopd's own decode loop instead of
 vLLM (``rollout.backend=auto`` picks vLLM where it is installed)."""
+VARIANTS[f"grpo-{SETTING}-{FP32}-vllm"] = (
+    f"GRPO, {SETTING_LABEL}, fp32 throughout, rollouts on vLLM",
+    (*setting_overrides("grpo"), "model.dtype=fp32", "rollout.backend=vllm"))
+"""Its twin: the plain suite's seed 0 was trained in fp32 on the HF loop before vLLM was the
+default, so this row, the same seed and numerics on vLLM, shows whether the engine changes what
+GRPO learns."""
 VARIANTS.update({f"lopd-{SETTING}-{key}": (f"LOPD, {SETTING_LABEL}, {label}",
                                            (*setting_overrides("lopd"), *extra))
                  for key, (label, extra) in ABLATIONS.items()})

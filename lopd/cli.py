@@ -158,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="training method, as method.name (default: grpo, the setting measured "
                            "to learn at this budget; lopd adds the bank seeding and the cold start)")
     demo.add_argument("--steps", type=int, default=0,
-                      help="training steps of 32 rollouts (default 8, about 20 min on 2 cores; "
-                           "the sweep's GRPO gain needs about 24)")
+                      help="training steps of 32 rollouts (default 16, about 13 min on 2 cores "
+                           "with rollouts on vLLM; the sweep's GRPO gain needs about 24)")
     demo.add_argument("--dtype", default="auto", choices=DTYPES,
                       help="model.dtype (default auto: bf16 autocast where the CPU has fast bf16, "
                            "else fp32; fp32 times the demo as a CPU without it runs)")

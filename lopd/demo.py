@@ -9,9 +9,9 @@ The warm start is the adapter the learning sweep starts from, kept in the reposi
 (``benchmarks/results/learning/warm-start-adapter``); outside a checkout, `lopd sft` builds one.
 The training setting is the one the sweep measured to learn (benchmarks/RESULTS.md): LoRA lr
 5e-4, sampling temperature 0.7, tier-1 training tasks (one tool call in the reference
-solution), 4 tasks x 8 rollouts per step, 3 turns per training episode. Sized for 20 minutes on
-a 2-core CPU without fast bf16. ``--quick`` shrinks everything to a smoke test on the tiny
-random model.
+solution), 4 tasks x 8 rollouts per step, 3 turns per training episode. Sized for 15 minutes on
+a 2-core CPU with rollouts on vLLM (``rollout.backend=auto``; on lopd's HF loop it takes about
+twice as long). ``--quick`` shrinks everything to a smoke test on the tiny random model.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "l
 """The sweep's committed warm start (present in a repository checkout)."""
 
 SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
-STEPS = 8
-"""Training steps of the full demo (256 rollouts), sized by timing it (benchmarks/results/demo:
-15.9 min on 2 cores in fp32 with AVX2 kernels, held-out +0.020 +- 0.053). The learning sweep's
-gain (+0.09 on 200 held-out tasks) took 24 steps: ``lopd demo --steps 24``."""
+STEPS = 16
+"""Training steps of the full demo (512 rollouts), sized by timing it with rollouts on vLLM
+(benchmarks/results/demo: 13.3 min on 2 cores with native bf16, held-out +0.040 +- 0.051; the
+HF loop took 15.9 min for 8 steps in fp32 with AVX2 kernels). The learning sweep's gain (+0.075
++- 0.023 on 200 held-out tasks, seed 0) took 24 steps: ``lopd demo --steps 24``."""
 EVAL_MAX_TIER = 2
 """The demo's held-out tasks: the first 100 of tiers 1-2 (53 tier-1, 47 tier-2). Training uses
 tier 1, where the sweep's gain is; tiers 3-5 stay at 0 at this budget and their failed
@@ -173,4 +174,7 @@ def write_report(out: Path, config: Config, before: dict, after: dict, trainer, 
               f"Metrics: `{trainer.metrics_path}`; checkpoints under `{trainer.out / 'checkpoints'}`."]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
+    (out / "heldout.json").write_text(json.dumps(  # per task, for re-analysis (tiers, pairs)
+        {"gain": gain, "gain_se": gain_se, "before": before["per_task"],
+         "after": after["per_task"]}, indent=1))
     return path

@@ -95,7 +95,9 @@ class VLLMBackend:
                  prefix_cache: bool = True):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # lopd sets the threads
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        # Its warnings here are per-parameter dtype notes at load and a thread note at every
+        # sync (over a hundred lines a run, none actionable); VLLM_LOGGING_LEVEL=WARNING shows them.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         from vllm import LLM
 
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads

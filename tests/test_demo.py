@@ -18,6 +18,8 @@ def test_quick_demo_writes_report_and_plot(tmp_path):
     assert (tmp_path / "grpo" / "checkpoints").is_dir()
     rows = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert sum("eval/success" in row for row in rows) == 2  # before and after
+    heldout = json.loads((tmp_path / "heldout.json").read_text())
+    assert heldout["before"].keys() == heldout["after"].keys() and len(heldout["before"]) == 6
 
 
 def test_quick_lopd_demo_seeds_bank_and_cold_starts(tmp_path):
