@@ -109,14 +109,17 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
 
     Each example is a seed task's reference trajectory with context composed from OTHER
     retrieved experiences; a held-out fifth of the examples measures the teacher NLL with and
-    without latent context. The numbers go to ``RUN/coldstart.json``.
+    without latent context. The numbers go to ``RUN/coldstart.json``. Skipped (phi_0 = the
+    initial composer) under ``method.context=text``, whose teacher never reads the latents.
     """
     from lopd.coldstart import cold_start, evaluate_nll
 
     cfg = rt.config.method
-    examples = cold_start_examples(rt)
+    examples = [] if cfg.context == "text" else cold_start_examples(rt)
     report: dict = {"examples": len(examples)}
-    if len(examples) >= 5 and cfg.cold_start_steps:
+    if cfg.context == "text":  # the teacher reads the experiences as text and never phi
+        report["skipped"] = "method.context=text"
+    elif len(examples) >= 5 and cfg.cold_start_steps:
         held = examples[: held_out_count(len(examples))]
         fit = examples[len(held):]
         with rt.checkpointing():

@@ -49,6 +49,8 @@ def test_text_context_shows_the_retrieved_experiences_as_text(tmp_path):
     with pytest.raises(ConfigError, match="method.context"):
         _text_config(tmp_path, **{"method.context": "pictures"})
     trainer = Trainer(_text_config(tmp_path))
+    coldstart = json.loads((tmp_path / "text" / "coldstart.json").read_text())
+    assert coldstart["skipped"] == "method.context=text"  # the teacher never reads phi_0
     trajs = trainer.rt.rollout(trainer.sample_tasks(0), 0)
     context = trainer.rt.context(trajs, 0)
     assert context.task_latent is None and bool(context.active.all())
