@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> None:
         def log(step: int, loss: float) -> None:
             losses.append(loss)
             result["seconds_per_step"] = (time.perf_counter() - train_started[0]) / (step + 1)
+            if (step + 1) % 10 == 0:
+                print(f"cold-start step {step + 1}: loss {statistics.fmean(losses[-10:]):.4f}, "
+                      f"{result['seconds_per_step']:.1f} s per step", flush=True)
             if step + 1 in at:
                 paused = time.perf_counter()
                 measure(step + 1)
