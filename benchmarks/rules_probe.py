@@ -11,7 +11,11 @@ ablation inserts it (``lopd.runtime.experience_text_message`` after the prompt, 
 - ``same-rule``: successes of the task's own organisation that meet the same rule;
 - ``same-org``: successes of the task's own organisation that meet none of its rules;
 - ``other-org``: successes of the other training organisation of the same domain (control:
-  the same tools, other rules).
+  the same tools, other rules);
+- ``rule-text``: no experience, the organisation's rules stated as plain sentences ("Northwind
+  Bank policy: withdrawals of $200 or more need verify_identity on the account"), the most a
+  context can say (an upper bound on what reading experience could give);
+- ``other-rule-text``: the other training organisation's rules stated the same way (control).
 
 Per context it reports, over tasks, the shift ``log pT - log pS`` on the rule-deciding tokens
 (the prerequisite's name, ``benchmarks.rule_tokens``), on the gated tool's name at the same
@@ -38,7 +42,9 @@ from lopd.batch import collate, gather_token_logprobs
 from lopd.evaluate import standard_error
 
 RESULTS = Path(__file__).parent / "results" / "rules"
-CONTEXTS = ("same-rule", "same-org", "other-org")
+CONTEXTS = ("same-rule", "same-org", "other-org", "rule-text", "other-rule-text")
+SELECTED = list(CONTEXTS)
+"""The contexts this run probes (``--contexts``)."""
 DTYPE = ["auto"]
 """The ``model.dtype`` setting the forwards run under (``--dtype``; auto: bf16 autocast on a
 CPU with native bf16, as the evaluations here)."""
@@ -64,13 +70,16 @@ def pick(task, bank, kind: str, j: int) -> list[str]:
 
     org = task.metadata["org"]
     rules = set(task.metadata["rules"])
+    other = next(k for k, o in ORGS.items() if o.domain == task.domain and k != org
+                 and o.split == "train")
+    if kind in ("rule-text", "other-rule-text"):
+        stated = ORGS[org if kind == "rule-text" else other]
+        return [f"{stated.name} policy: " + "; ".join(r.text for r in stated.rules) + "."]
     if kind == "same-rule":
         rows = [t for met, t in bank[org] if met & rules]
     elif kind == "same-org":
         rows = [t for met, t in bank[org] if not met]
     else:
-        other = next(k for k, o in ORGS.items() if o.domain == task.domain and k != org
-                     and o.split == "train")
         rows = [t for _, t in bank[other]]
     return rows[:j]
 
@@ -147,7 +156,7 @@ def probe_task(model, renderer, task, bank, j: int, pad_id: int) -> dict | None:
     row = {"task": task.id, "org": task.metadata["org"], "rules": task.metadata["rules"],
            "logp_prerequisite": float(plain[positions].sum()),
            "logp_gated": float(blind_plain[blind[1]].sum()) if blind else None}
-    for kind in CONTEXTS:
+    for kind in SELECTED:
         texts = pick(task, bank, kind, j)
         if not texts:
             continue
@@ -169,7 +178,7 @@ def summarize(rows: list[dict]) -> dict:
     for key in ("logp_prerequisite", "logp_gated"):
         values = [r[key] for r in rows if r[key] is not None]
         out[key] = [statistics.fmean(values), standard_error(values), len(values)] if values else None
-    for kind in CONTEXTS:
+    for kind in SELECTED:
         for key in ("rule_tokens", "gated", "all"):
             values = [r[kind][key] for r in rows if kind in r and r[kind][key] is not None]
             out[f"{kind}/{key}"] = ([statistics.fmean(values), standard_error(values), len(values)]
@@ -191,9 +200,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--limit", type=int, default=40, help="test tasks probed (0 = all)")
+    parser.add_argument("--contexts", default=",".join(CONTEXTS), help="which contexts")
+    parser.add_argument("--name", default="rules_probe", help="results file name (.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     DTYPE[0] = args.dtype
+    SELECTED[:] = args.contexts.split(",")
+    unknown = sorted(set(SELECTED) - set(CONTEXTS))
+    if unknown:
+        parser.error(f"--contexts: unknown {unknown}; choose from {list(CONTEXTS)}")
     started = time.perf_counter()
     tokenizer = load_tokenizer()
     renderer = ChatRenderer(tokenizer)
@@ -212,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
               "cpu": cpu_line(), "seconds": round(time.perf_counter() - started, 1),
               "args": vars(args), "tasks": len(rows), "summary": summarize(rows), "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "rules_probe.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1), f"\n{len(rows)} tasks, {result['seconds']} s")
 
 
