@@ -114,3 +114,16 @@ def test_forward_only_scoring_restores_autograd_and_the_composer_backward():
     assert x.grad is None and torch.Tensor.backward is original and torch.is_grad_enabled()
     (x * 2).sum().backward()
     assert x.grad.tolist() == [2.0, 2.0] and trainer.rt.composer_backward() == 1.0
+
+
+def test_rules_probe_states_the_task_organisation_rules_and_the_other_one_as_control():
+    from benchmarks.rules_probe import pick
+    from lopd.envs.toolworld.rules_orgs import ORGS
+    from lopd.envs.toolworld.suites import load_tasks
+
+    task = next(t for t in load_tasks("rules-test") if t.metadata["org"] == "northwind")
+    (own,) = pick(task, {}, "rule-text", 3)
+    (other,) = pick(task, {}, "other-rule-text", 3)
+    assert own.startswith("Northwind Bank policy: ") and other.startswith("Harbor Credit Union policy: ")
+    assert all(rule.text in own for rule in ORGS["northwind"].rules)
+    assert not any(rule.text in other for rule in ORGS["northwind"].rules)
