@@ -10,8 +10,8 @@ The warm start is the adapter the learning sweep starts from, kept in the reposi
 The training setting is the one the sweep measured to learn (benchmarks/RESULTS.md): LoRA lr
 5e-4, sampling temperature 0.7, tier-1 training tasks (one tool call in the reference
 solution), 4 tasks x 8 rollouts per step, 3 turns per training episode. Sized for 15 minutes on
-a 2-core CPU with rollouts on vLLM (``rollout.backend=auto``; on lopd's HF loop it takes about
-twice as long). ``--quick`` shrinks everything to a smoke test on the tiny random model.
+a 2-core CPU with rollouts on vLLM (``rollout.backend=auto``; lopd's HF loop is slower and was
+timed at 8 steps only). ``--quick`` shrinks everything to a smoke test on the tiny random model.
 """
 
 from __future__ import annotations

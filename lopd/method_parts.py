@@ -115,11 +115,12 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
     from lopd.coldstart import cold_start, evaluate_nll
 
     cfg = rt.config.method
-    examples = [] if cfg.context == "text" else cold_start_examples(rt)
-    report: dict = {"examples": len(examples)}
     if cfg.context == "text":  # the teacher reads the experiences as text and never phi
-        report["skipped"] = "method.context=text"
-    elif len(examples) >= 5 and cfg.cold_start_steps:
+        examples, report = [], {"examples": 0, "skipped": "method.context=text"}
+    else:
+        examples = cold_start_examples(rt)
+        report = {"examples": len(examples)}
+    if len(examples) >= 5 and cfg.cold_start_steps:
         held = examples[: held_out_count(len(examples))]
         fit = examples[len(held):]
         with rt.checkpointing():
