@@ -117,3 +117,11 @@ VARIANTS.update({f"lopd-{SETTING}-{FP32}-{key}": (f"LOPD, {SETTING_LABEL}, fp32,
                                                   (*setting_overrides("lopd"), "model.dtype=fp32",
                                                    *extra))
                  for key, (label, extra) in ABLATIONS.items()})
+VARIANTS.update({f"lopd-lr2e-4-t0.7-tier1-g8{suffix}": (
+    f"LOPD, {SETTING_LABEL.replace('lr 5e-4', 'lr 2e-4')}{label}",
+    (*setting_overrides("lopd", lr="2e-4"), *extra))
+    for suffix, label, extra in (("", "", ()),
+                                 ("-text", ", text context", ("method.context=text",)))})
+"""LOPD at GRPO's rules step size (lr 2e-4: lr 5e-4 collapsed GRPO there), latent and text
+context, for the rules suites from the experience-reading warm start
+(benchmarks/results/rules/README.md)."""

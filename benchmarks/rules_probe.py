@@ -43,6 +43,8 @@ from lopd.evaluate import standard_error
 
 RESULTS = Path(__file__).parent / "results" / "rules"
 CONTEXTS = ("same-rule", "same-org", "other-org", "rule-text", "other-rule-text")
+PAIRS = (("same-rule", "other-org"), ("rule-text", "other-rule-text"))
+"""(context, its control): the paired differences the summary reports (the reading test)."""
 SELECTED = list(CONTEXTS)
 """The contexts this run probes (``--contexts``)."""
 DTYPE = ["auto"]
@@ -183,6 +185,13 @@ def summarize(rows: list[dict]) -> dict:
             values = [r[kind][key] for r in rows if kind in r and r[kind][key] is not None]
             out[f"{kind}/{key}"] = ([statistics.fmean(values), standard_error(values), len(values)]
                                     if values else None)
+    for shown, control in PAIRS:
+        for key in ("rule_tokens", "gated", "all"):
+            diffs = [r[shown][key] - r[control][key] for r in rows if shown in r and control in r
+                     and r[shown][key] is not None and r[control][key] is not None]
+            if diffs:
+                out[f"{shown} - {control}/{key}"] = [statistics.fmean(diffs),
+                                                     standard_error(diffs), len(diffs)]
     return out
 
 

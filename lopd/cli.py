@@ -121,7 +121,8 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
     run_sft(model=args.model, suite=args.suite, out_dir=args.out, steps=args.steps,
             threads=args.threads, batch_size=args.batch_size, lr=args.lr, device=args.device,
-            mixed_batches=args.mixed_batches)
+            mixed_batches=args.mixed_batches, experience_suite=args.experience_suite,
+            experience_share=args.experience_share, num_experiences=args.num_experiences)
     return 0
 
 
@@ -238,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draw each batch from all domains (default: one domain per step, so "
                           "its shared system prompt runs once)")
     sft.add_argument("--lr", type=float, default=5e-4)
+    sft.add_argument("--experience-suite", default=None,
+                     help="also train to act on experience in the context: this suite's "
+                          "references (tasks that name an organisation, e.g. "
+                          "toolworld-rules-icl) with J retrieved-style successes spliced after "
+                          "the prompt as method.context=text does (lopd.sft_experience)")
+    sft.add_argument("--experience-share", type=float, default=0.75,
+                     help="share of the steps that train on the experience suite")
+    sft.add_argument("--num-experiences", type=int, default=3,
+                     help="J: successes shown per experience row (method.num_experiences)")
     sft.set_defaults(func=_cmd_sft)
 
     export = sub.add_parser("export", help="write the trained student as an HF/PEFT directory")

@@ -142,6 +142,11 @@ def check_sft(args: argparse.Namespace) -> None:
         check_positive(getattr(args, option), f"--{option.replace('_', '-')}")
     if not args.lr > 0:
         raise InputError(f"--lr must be > 0, got {args.lr}")
+    if getattr(args, "experience_suite", None):
+        check_suites([args.experience_suite], "--experience-suite")
+        check_positive(args.num_experiences, "--num-experiences")
+        if not 0 < args.experience_share <= 1:
+            raise InputError(f"--experience-share must be in (0, 1], got {args.experience_share}")
 
 
 def check_bank(args: argparse.Namespace) -> None:

@@ -61,7 +61,12 @@ def sft_loss(model, trajs, pad_id: int, share_prefix: bool = True) -> torch.Tens
 def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir: str = "runs/sft",
             steps: int = 60, threads: int = 2, batch_size: int = 4, lr: float = 5e-4,
             lora_r: int = 16, n_tasks: int = 400, seed: int = 0, dtype: str = "auto",
-            device: str = "auto", mixed_batches: bool = False) -> Path:
+            device: str = "auto", mixed_batches: bool = False,
+            experience_suite: str | None = None, experience_share: float = 0.75,
+            num_experiences: int = 3, experience_chars: int = 600) -> Path:
+    """Fit a LoRA warm start; with ``experience_suite`` a share ``experience_share`` of the
+    steps trains on that suite's references with J = ``num_experiences`` retrieved-style
+    successes in the context (``lopd.sft_experience``), the rest on ``suite``'s as usual."""
     from rich.progress import Progress
 
     from lopd.chat import ChatRenderer
@@ -91,6 +96,12 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
         raise ValueError(f"lopd sft: none of the {len(tasks)} reference solutions of suite "
                          f"{suite!r} succeeds when replayed (e.g. task {tasks[0].id!r}); check "
                          "the references against the tasks' checks")
+    pool = None
+    if experience_suite:
+        from lopd.sft_experience import build_pool
+
+        pool = build_pool(load_suite(experience_suite, n=n_tasks_experience(n_tasks)), renderer,
+                          experience_chars)
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr)
     rng = random.Random(seed)
@@ -100,15 +111,22 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     domains = sorted(by_domain)
     share = sharing_pays_off(model_device(student))
     losses: list[float] = []
+    kinds: list[str] = []
     started = time.time()
     student.train()
     with Progress() as bar:
         job = bar.add_task("sft warm start", total=steps)
-        for _ in range(steps):
-            pool = data if mixed_batches else by_domain[rng.choice(domains)]
-            chunk = rng.sample(pool, min(batch_size, len(pool)))
+        for step in range(steps):
             with autocast_context(dtype, model_device(student)):
-                loss = sft_loss(student, chunk, tokenizer.pad_token_id, share)
+                if pool is not None and _experience_step(step, experience_share):
+                    loss = _experience_step_loss(student, pool, renderer, batch_size,
+                                                 num_experiences, rng, mixed_batches)
+                    kinds.append("experience")
+                else:
+                    source = data if mixed_batches else by_domain[rng.choice(domains)]
+                    chunk = rng.sample(source, min(batch_size, len(source)))
+                    loss = sft_loss(student, chunk, tokenizer.pad_token_id, share)
+                    kinds.append("plain")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -123,7 +141,29 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     report = {"model": model, "suite": suite, "examples": len(data), "steps": steps,
               "batch_size": batch_size, "lr": lr, "lora_r": lora_r, "losses": losses,
               "batches": "mixed" if mixed_batches else "one domain per step",
+              "experience_suite": experience_suite, "step_kinds": kinds,
+              "experience_share": experience_share if experience_suite else 0.0,
+              "num_experiences": num_experiences, "experience_chars": experience_chars,
               "seconds": round(time.time() - started, 1)}
     (out / "sft.json").write_text(json.dumps(report, indent=2))
     print(f"sft: loss {losses[0]:.3f} -> {losses[-1]:.3f}; adapter in {out / 'adapter'}")
     return out / "adapter"
+
+
+def _experience_step(step: int, share: float) -> bool:
+    """Whether step ``step`` trains on experience rows: spread evenly, a share ``share``."""
+    return int((step + 1) * share) > int(step * share)
+
+
+def n_tasks_experience(n_tasks: int) -> int:
+    """Experience-suite tasks drawn on: three times the plain suite's, so that every
+    organisation has successes to retrieve besides the task's own."""
+    return 3 * n_tasks
+
+
+def _experience_step_loss(student, pool, renderer, batch_size: int, j: int, rng,
+                          mixed_batches: bool) -> torch.Tensor:
+    from lopd.sft_experience import draw_rows, experience_sft_loss
+
+    rows = draw_rows(pool, renderer, batch_size, j, rng, mixed_batches)
+    return experience_sft_loss(student, rows, renderer.tokenizer.pad_token_id)

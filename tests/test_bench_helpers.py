@@ -127,3 +127,21 @@ def test_rules_probe_states_the_task_organisation_rules_and_the_other_one_as_con
     assert own.startswith("Northwind Bank policy: ") and other.startswith("Harbor Credit Union policy: ")
     assert all(rule.text in own for rule in ORGS["northwind"].rules)
     assert not any(rule.text in other for rule in ORGS["northwind"].rules)
+
+
+def test_rules_probe_pairs_each_context_with_its_control_per_task():
+    from benchmarks.rules_probe import summarize
+
+    def shift(rule, gated, every):
+        return {"rule_tokens": rule, "gated": gated, "all": every}
+
+    rows = [{"logp_prerequisite": -6.0, "logp_gated": -2.0,
+             "same-rule": shift(0.5, -0.4, 0.0), "other-org": shift(0.1, -0.1, 0.0)},
+            {"logp_prerequisite": -5.0, "logp_gated": None,
+             "same-rule": shift(0.3, None, 0.1), "other-org": shift(0.3, None, 0.0)}]
+    out = summarize(rows)
+    mean, se, n = out["same-rule - other-org/rule_tokens"]
+    assert (round(mean, 6), round(se, 6), n) == (0.2, 0.2, 2)  # diffs 0.4 and 0.0
+    assert out["same-rule - other-org/gated"][:1] == [pytest.approx(-0.3)]
+    assert out["same-rule - other-org/gated"][2] == 1
+    assert "rule-text - other-rule-text/rule_tokens" not in out

@@ -53,6 +53,20 @@ def test_suites_sizes_orgs_and_split_discipline():
     assert [t.id for t in load_suite("toolworld-rules-test", n=5)] == [t.id for t in test[:5]]
 
 
+def test_icl_suite_holds_its_own_organisations_and_seeds():
+    """rules-icl (the experience-reading warm start's suite) shares no organisation, seed or
+    prompt with the suites the methods are compared on."""
+    icl = split("icl")
+    assert "toolworld-rules-icl" in SUITES and len(icl) == 1200
+    orgs = {t.metadata["org"] for t in icl}
+    assert len(orgs) == 12 and all(ORGS[o].split == "icl" for o in orgs)
+    others = split("train") + split("test") + split("transfer")
+    assert not orgs & {t.metadata["org"] for t in others}
+    assert not {t.metadata["seed"] for t in icl} & {t.metadata["seed"] for t in others}
+    assert {t.domain for t in icl} == set(TRAIN_DOMAINS)
+    assert 0.3 <= sum(bool(t.metadata["rules"]) for t in icl) / len(icl) <= 0.9
+
+
 def test_prompt_names_the_org_and_never_the_rule():
     for task in split("test") + split("transfer"):
         org = ORGS[task.metadata["org"]]
@@ -69,8 +83,9 @@ def test_every_reference_passes(name):
         assert info["success"] and not errors, (task.id, errors)
 
 
-def test_train_references_pass_sample():
-    for task in split("train")[::7]:
+@pytest.mark.parametrize("name", ["train", "icl"])
+def test_train_references_pass_sample(name):
+    for task in split(name)[::7]:
         info, errors = play(task, _reference_calls(task))
         assert info["success"] and not errors, (task.id, errors)
 
@@ -86,7 +101,7 @@ def test_every_rule_is_enforced_and_rejections_do_not_say_how():
     exactly that rule's message, which names what failed but not the tool or name that fixes it;
     and that task then fails."""
     seen: dict[str, str] = {}
-    for task in split("train") + split("test") + split("transfer"):
+    for task in split("train") + split("test") + split("transfer") + split("icl"):
         org = ORGS[task.metadata["org"]]
         info, errors = play(task, rule_blind(task))
         for rule in org.rules:

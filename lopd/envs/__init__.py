@@ -26,7 +26,8 @@ from lopd.types import Env, Task
 
 SUITES = [
     "toolworld-train", "toolworld-test", "toolworld-transfer", "toolworld-rules-train",
-    "toolworld-rules-test", "toolworld-rules-transfer", "code-train", "humaneval",
+    "toolworld-rules-test", "toolworld-rules-transfer", "toolworld-rules-icl", "code-train",
+    "humaneval",
     "bfcl-multi-turn", "bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context",
     "acebench", "acebench-multi-step", "acebench-multi-turn",
 ]

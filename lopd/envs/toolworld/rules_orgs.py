@@ -1,7 +1,11 @@
 """The organisations of the ToolWorld rules suites and their unstated rules.
 
-Two training organisations per training domain (rules-train and rules-test) and one or two
-held-out organisations per domain (rules-transfer only; smarthome has only held-out ones).
+Two training organisations per training domain (rules-train and rules-test), one or two
+held-out organisations per domain (rules-transfer only; smarthome has only held-out ones), and
+two more per training domain that only ``rules-icl`` uses: the suite that teaches a warm start
+to act on experience in its context (``lopd sft --experience-suite``). The icl organisations
+gate the same tools as the others with different prerequisites, so that no single rule can be
+learnt from them; what they teach is to read the rule from same-organisation successes.
 Each rule is a ``rules.Rule``: a prerequisite call or a naming convention (``rules`` module
 docstring). ``RULES_TABLE`` in the docs is generated from ``Rule.text``.
 """
@@ -227,4 +231,94 @@ ORG_LIST = [
                       "residents not consulted", "confirm_occupant", _room_of),
     ), "transfer"),
 ]
-ORGS = {org.key: org for org in ORG_LIST}
+# --- rules-icl: organisations only the experience-reading warm start trains on ------------
+ICL_ORGS = [
+    Org("pinecrest", "Pinecrest Bank", "banking", "Pinecrest Bank teller line:", (
+        _prerequisite("pc-withdraw", "withdrawals need get_balance on the account first",
+                      ("withdraw",), "balance not reviewed", "get_balance", _arg("account_id")),
+        _prerequisite("pc-deposit", "deposits of $200 or more need a note on the account "
+                      "(add_note)", ("deposit",), "no note on the account", "add_note",
+                      _arg("account_id"), _amount_at_least(200)),
+    ), "icl"),
+    Org("redwood", "Redwood Credit", "banking", "Redwood Credit service team:", (
+        _prerequisite("rw-transfer", "transfers need verify_identity on the source account",
+                      ("transfer",), _ID_CHECK, "verify_identity",
+                      _arg("from_account", "account_id")),
+        _prerequisite("rw-freeze", "freezing an account needs get_balance on it first",
+                      ("freeze_account",), "balance not reviewed", "get_balance",
+                      _arg("account_id")),
+        _prerequisite("rw-withdraw", "withdrawals of $200 or more need a note on the account "
+                      "(add_note)", ("withdraw",), "no note on the account", "add_note",
+                      _arg("account_id"), _amount_at_least(200)),
+    ), "icl"),
+    Org("keystone", "Keystone Depot", "inventory", "Keystone Depot stock room:", (
+        _prerequisite("ks-move", "moving an item needs audit_item first", ("move_item",),
+                      "item not audited", "audit_item", _arg("sku")),
+        _prerequisite("ks-stock", "stock changes of 10 units or more need request_approval",
+                      ("adjust_stock",), _APPROVAL, "request_approval", _arg("sku"),
+                      when=lambda w, a: abs(a["delta"]) >= 10),
+    ), "icl"),
+    Org("orion", "Orion Supply", "inventory", "Orion Supply warehouse desk:", (
+        _prerequisite("or-stock", "stock changes need audit_item first", ("adjust_stock",),
+                      "item not audited", "audit_item", _arg("sku")),
+        _prerequisite("or-price", "price changes need get_item on the item first",
+                      ("set_price",), "item not reviewed", "get_item", _arg("sku")),
+    ), "icl"),
+    Org("lakeside", "Lakeside Venues", "calendar", "Lakeside Venues bookings office:", (
+        Rule("lk-title", "new events are titled 'LK-' + the title", ("create_event",),
+             "title breaks the naming policy", rename=("title", _titled("LK-"))),
+        _prerequisite("lk-move", "moving an event needs hold_slot on its new date and start",
+                      ("move_event",), "slot not held", "hold_slot",
+                      lambda w, a: {"date": a["date"], "start": a["start"]}),
+    ), "icl"),
+    Org("ridgeline", "Ridgeline Meetings", "calendar", "Ridgeline Meetings coordinators:", (
+        _prerequisite("rg-move", "moving an event needs notify_attendees first",
+                      ("move_event",), "attendees not notified", "notify_attendees",
+                      _arg("event_id")),
+        _prerequisite("rg-cancel", "cancelling an event needs list_events on its date first",
+                      ("cancel_event",), "day not reviewed", "list_events",
+                      lambda w, a: {"date": w.state["events"][a["event_id"]]["date"]}),
+    ), "icl"),
+    Org("harvest", "Harvest Media", "filesystem", "Harvest Media IT, ticket {ticket}:", (
+        Rule("hv-ticket", "a new file's name starts with the ticket id and '_'",
+             ("write_file",), "file name breaks the naming policy", when=_creates_file,
+             rename=("path", _ticket_name)),
+        _prerequisite("hv-delete", "deleting a file needs list_dir on its parent first",
+                      ("delete_file",), "parent directory not reviewed", "list_dir", _parent),
+    ), "icl"),
+    Org("granite", "Granite Partners", "filesystem", "Granite Partners records, ticket {ticket}:", (
+        _prerequisite("gr-move", "moving a file needs backup_file of it first", ("move_file",),
+                      "no backup on record", "backup_file", _arg("source", "path")),
+        _prerequisite("gr-mkdir", "creating a directory needs list_dir on its parent first",
+                      ("make_dir",), "parent directory not reviewed", "list_dir", _parent),
+    ), "icl"),
+    Org("maple", "Maple Grocers", "shopping", "Maple Grocers help desk:", (
+        _prerequisite("mp-checkout", "checkout needs view_cart first", ("checkout",),
+                      "cart not reviewed", "view_cart"),
+        _prerequisite("mp-coupon", "coupons need verify_address first", ("apply_coupon",),
+                      "address not verified", "verify_address"),
+    ), "icl"),
+    Org("sterling", "Sterling Goods", "shopping", "Sterling Goods order line:", (
+        _prerequisite("st-add", "adding a product needs apply_member_pricing first",
+                      ("add_to_cart",), "member pricing not applied", "apply_member_pricing"),
+        _prerequisite("st-remove", "removing a product needs get_product on it first",
+                      ("remove_from_cart",), "product not reviewed", "get_product",
+                      _arg("product_id")),
+    ), "icl"),
+    Org("zephyr", "Zephyr Airways", "travel", "Zephyr Airways ticket desk:", (
+        _prerequisite("zp-book", "booking needs hold_fare on the flight first",
+                      ("book_flight",), "fare not held", "hold_fare", _arg("flight_id")),
+        _prerequisite("zp-cancel", "cancelling needs check_passport of the passenger first",
+                      ("cancel_booking",), "travel documents not checked", "check_passport",
+                      _booking_passenger),
+    ), "icl"),
+    Org("polaris", "Polaris Tours", "travel", "Polaris Tours travel desk:", (
+        _prerequisite("pl-book", "booking needs list_bookings of the passenger first",
+                      ("book_flight",), "bookings not reviewed", "list_bookings",
+                      _arg("passenger")),
+        _prerequisite("pl-cancel", "cancelling needs get_flight on the booked flight first",
+                      ("cancel_booking",), "flight not reviewed", "get_flight",
+                      lambda w, a: {"flight_id": w.state["bookings"][a["booking_id"]]["flight_id"]}),
+    ), "icl"),
+]
+ORGS = {org.key: org for org in [*ORG_LIST, *ICL_ORGS]}

@@ -103,12 +103,12 @@ def ticket_id(org: Org, seed: int) -> str:
 
 # --- suites ------------------------------------------------------------------------------
 
-RULES_SPLIT_SIZES = {"train": 400 * 6, "test": 200, "transfer": 120}
+RULES_SPLIT_SIZES = {"train": 400 * 6, "test": 200, "transfer": 120, "icl": 200 * 6}
 
 
 def _split_orgs(split: str) -> dict[str, list[str]]:
     """domain -> organisation keys of ``split`` (train and test share the training orgs)."""
-    kind = "transfer" if split == "transfer" else "train"
+    kind = split if split in ("transfer", "icl") else "train"
     found: dict[str, list[str]] = {}
     for org in ORGS.values():
         if org.split == kind:
@@ -134,7 +134,7 @@ def make_rules_task(split: str, domain: str, org_key: str, index: int, tier: int
 def generate_rules_split(split: str, mix_items: tuple[tuple[int, float], ...]) -> tuple[Task, ...]:
     """Every task of ``rules-{split}``, interleaved over domains (as the plain splits)."""
     if split not in RULES_SPLIT_SIZES:
-        raise ValueError(f"unknown ToolWorld rules split {split!r} (train, test, transfer)")
+        raise ValueError(f"unknown ToolWorld rules split {split!r} (train, test, transfer, icl)")
     orgs = _split_orgs(split)
     domains = list(orgs)
     counts = _per_domain(RULES_SPLIT_SIZES[split], domains)
