@@ -98,7 +98,7 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
                          "the references against the tasks' checks")
     pool = None
     if experience_suite:
-        from lopd.sft_experience import build_pool
+        from lopd.sft_experience import build_pool, draw_rows, experience_backward
 
         pool = build_pool(load_suite(experience_suite, n=n_tasks_experience(n_tasks)), renderer,
                           experience_chars)
@@ -117,21 +117,22 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     with Progress() as bar:
         job = bar.add_task("sft warm start", total=steps)
         for step in range(steps):
-            with autocast_context(dtype, model_device(student)):
-                if pool is not None and _experience_step(step, experience_share):
-                    loss = _experience_step_loss(student, pool, renderer, batch_size,
-                                                 num_experiences, rng, mixed_batches)
-                    kinds.append("experience")
-                else:
-                    source = data if mixed_batches else by_domain[rng.choice(domains)]
-                    chunk = rng.sample(source, min(batch_size, len(source)))
-                    loss = sft_loss(student, chunk, tokenizer.pad_token_id, share)
-                    kinds.append("plain")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if pool is not None and _experience_step(step, experience_share):
+                rows = draw_rows(pool, renderer, batch_size, num_experiences, rng, mixed_batches)
+                loss = experience_backward(student, rows, tokenizer.pad_token_id, dtype)
+                kinds.append("experience")
+            else:
+                source = data if mixed_batches else by_domain[rng.choice(domains)]
+                chunk = rng.sample(source, min(batch_size, len(source)))
+                with autocast_context(dtype, model_device(student)):
+                    loss = sft_loss(student, chunk, tokenizer.pad_token_id, share)
+                loss.backward()
+                loss = float(loss.detach())
+                kinds.append("plain")
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
-            losses.append(float(loss.detach()))
+            losses.append(float(loss))
             bar.update(job, advance=1, description=f"sft loss {losses[-1]:.3f}")
             if not bar.console.is_terminal:
                 bar.console.print(f"sft step {len(losses)}/{steps}: loss {losses[-1]:.3f}")
@@ -160,10 +161,3 @@ def n_tasks_experience(n_tasks: int) -> int:
     organisation has successes to retrieve besides the task's own."""
     return 3 * n_tasks
 
-
-def _experience_step_loss(student, pool, renderer, batch_size: int, j: int, rng,
-                          mixed_batches: bool) -> torch.Tensor:
-    from lopd.sft_experience import draw_rows, experience_sft_loss
-
-    rows = draw_rows(pool, renderer, batch_size, j, rng, mixed_batches)
-    return experience_sft_loss(student, rows, renderer.tokenizer.pad_token_id)

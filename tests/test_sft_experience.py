@@ -105,3 +105,25 @@ def test_sft_with_an_experience_suite_mixes_both_kinds_of_step(tmp_path):
     assert (adapter / "adapter_config.json").is_file()
     assert set(report["step_kinds"]) == {"plain", "experience"}
     assert report["experience_suite"] == "toolworld-rules-icl" and len(report["losses"]) == 6
+
+
+def test_row_by_row_backward_gives_the_batch_gradient(pool, smol_tokenizer):
+    from lopd.sft_experience import experience_backward
+
+    model, tokenizer = load_model("tiny-random")
+    student = add_adapter(model, "acc-test", LoraSpec(r=4, alpha=8))
+    with torch.no_grad():
+        for name, param in student.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    rows = draw_rows(pool, ChatRenderer(smol_tokenizer), 3, 2, random.Random(4))
+    params = [p for n, p in student.named_parameters() if "acc-test" in n]
+    batch = experience_sft_loss(student, rows, tokenizer.pad_token_id)
+    batch.backward()
+    wanted = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    value = experience_backward(student, rows, tokenizer.pad_token_id, dtype="fp32")
+    assert value == pytest.approx(float(batch), rel=1e-5)
+    for p, grad in zip(params, wanted):
+        assert torch.allclose(p.grad, grad, rtol=1e-4, atol=1e-7)
