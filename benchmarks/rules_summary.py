@@ -9,9 +9,12 @@ null for what has not run yet:
 - the teacher's margin Delta at the warm start per context
   (``benchmarks/results/rules/teacher_privilege.json``), over all sampled tokens and on the
   tokens a rule decides;
-- the efficiency comparison (``python -m benchmarks.learning run --rules``): each method's
-  final held-out success pooled over its seeds, and LOPD's share of GRPO's budget to reach
-  GRPO's final success (``benchmarks.learning_report.first_reaching`` on the pooled curves).
+- the reading probe (``benchmarks.rules_probe``) of each warm start: same-rule minus
+  other-organisation context on the prerequisite's name;
+- the efficiency comparison (``python -m benchmarks.learning run --rules``) from the
+  experience-reading warm start (``COMPARED_WARM``): each method's final held-out success
+  pooled over its seeds, and LOPD's share of GRPO's budget to reach GRPO's final success
+  (``benchmarks.learning_report.first_reaching`` on the pooled curves).
 
     .venv/bin/python -m benchmarks.rules_summary
 """
@@ -23,12 +26,21 @@ from pathlib import Path
 
 from benchmarks.learning_report import first_reaching, pooled, pooled_points, warm_starts
 from benchmarks.learning_variants import SETTING
+from benchmarks.rules_probe import summarize
 from lopd.evaluate import standard_error
 
 RESULTS = Path(__file__).parent / "results"
 RULES = RESULTS / "rules"
 WARM_SUMMARY = RESULTS / "learning" / "warm-start-s0-w890b506a3967.json"
-METHODS = {"grpo": f"grpo-{SETTING}", "lopd": f"lopd-{SETTING}", "skill_sd": f"skill-sd-{SETTING}"}
+COMPARED_WARM = "2d9895523cba"
+"""The experience-reading warm start (``rules/icl-warm-start-adapter``) the methods start from:
+the plain one's teacher does not read rules from its context (README.md)."""
+COMPARED_LR = "lr2e-4"
+"""GRPO's step size on these suites (lr 5e-4 collapsed it; README.md), used for every method."""
+METHODS = {key: SETTING.replace("lr5e-4", COMPARED_LR).join((f"{name}-", suffix))
+           for key, name, suffix in (("grpo", "grpo", ""), ("lopd", "lopd", ""),
+                                     ("lopd_text", "lopd", "-text"),
+                                     ("skill_sd", "skill-sd", ""))}
 
 
 def _stats(runs: list[dict]) -> dict | None:
@@ -44,7 +56,8 @@ def _point(prefix: str, success: float | None, se: float | None, seeds: int | No
 
 
 def warm_start_fields() -> dict:
-    """The warm start on rules-test and on the plain test (from its learning summary)."""
+    """The plain warm start on rules-test and on the plain test (from its learning summary),
+    and the compared one's on rules-test."""
     data = json.loads(WARM_SUMMARY.read_text()) if WARM_SUMMARY.exists() else {}
     suites = data.get("suites", {})
     fields = {}
@@ -55,6 +68,23 @@ def warm_start_fields() -> dict:
         fields.update(_point(key, stats["success"] if stats else None,
                              stats["se"] if stats else None, 1 if entry else None))
         fields[f"{key}_n"] = entry["n"] if entry else None
+    compared = RULES / "learning" / f"warm-start-s0-w{COMPARED_WARM}.json"
+    entry = json.loads(compared.read_text())["heldout"] if compared.exists() else None
+    stats = _stats([{"heldout": entry}]) if entry else None
+    fields.update(_point("reading_warm_start_success", stats["success"] if stats else None,
+                         stats["se"] if stats else None, 1 if entry else None))
+    return fields
+
+
+def probe_fields() -> dict:
+    """Same-rule minus other-organisation shift on the prerequisite's name, per warm start."""
+    fields = {}
+    for key, name in (("plain", "rules_probe"), ("reading", "rules_probe_icl")):
+        path = RULES / f"{name}.json"
+        rows = json.loads(path.read_text())["rows"] if path.exists() else []
+        found = summarize(rows).get("same-rule - other-org/rule_tokens") if rows else None
+        fields[f"probe_{key}_warm_start_same_rule_minus_other_org"] = found[0] if found else None
+        fields[f"probe_{key}_warm_start_same_rule_minus_other_org_se"] = found[1] if found else None
     return fields
 
 
@@ -78,26 +108,30 @@ def comparison_fields() -> dict:
     """Final held-out success per method (pooled over seeds) and LOPD's share of GRPO's budget."""
     out = RULES / "learning"
     summaries = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))] if out.exists() else []
-    warm = next(iter(warm_starts(summaries).values()), None)
+    warm = warm_starts(summaries).get(COMPARED_WARM)
     fields, curves = {}, {}
     for key, name in METHODS.items():
-        runs = [s for s in summaries if s["name"] == name]
+        runs = [s for s in summaries if s["name"] == name and s.get("warm_start") == COMPARED_WARM]
         stats = _stats(runs) if runs else None
         fields.update(_point(f"{key}_final_success", stats["success"] if stats else None,
                              stats["se"] if stats else None, len(runs) or None))
         curves[key] = pooled_points(runs, warm) if runs else []
-    share = None
-    if curves["grpo"] and curves["lopd"]:
-        budget, target = curves["grpo"][-1][0], curves["grpo"][-1][1]
-        reached = first_reaching(curves["lopd"], target)
-        share = reached / budget if reached is not None and budget else None
-    fields["lopd_share_of_grpo_budget"] = share
+    for key in ("lopd", "lopd_text"):
+        share = None
+        if curves["grpo"] and curves[key]:
+            budget, target = curves["grpo"][-1][0], curves["grpo"][-1][1]
+            reached = first_reaching(curves[key], target)
+            share = reached / budget if reached is not None and budget else None
+        fields[f"{key}_share_of_grpo_budget"] = share
     return fields
 
 
 def main() -> None:
-    summary = {**warm_start_fields(), **privilege_fields(), **comparison_fields(),
-               "notes": ("null: not run yet. Success: greedy, 200 toolworld-rules-test tasks "
+    summary = {**warm_start_fields(), **probe_fields(), **privilege_fields(),
+               **comparison_fields(),
+               "notes": ("null: not run yet. The methods start from the experience-reading "
+                         f"warm start ({COMPARED_WARM}) at LoRA {COMPARED_LR}. "
+                         "Success: greedy, 200 toolworld-rules-test tasks "
                          "(SE over tasks; pooled over seeds for the methods). Delta: eq. 12 at "
                          "the warm start, SE over rollouts; see README.md.")}
     RULES.mkdir(parents=True, exist_ok=True)
