@@ -119,6 +119,11 @@ COMPARISONS = {f"grpo-{SETTING}": (f"lopd-{SETTING}", f"lopd-{SETTING}-J1", f"sk
 """Efficiency: reference variant -> the variants measured against its budget (LOPD with J = 1,
 the one LOPD ablation that separated upward, among them)."""
 
+RULES_COMPARISONS = {"grpo-lr2e-4-t0.7-tier1-g8": tuple(
+    f"{m}-lr2e-4-t0.7-tier1-g8{x}" for m, x in (("lopd", ""), ("lopd", "-text"), ("lopd", "-m0"),
+                                                ("skill-sd", "")))}
+"""Efficiency on the rules suites: every method at GRPO's step size there (lr 5e-4 collapsed it)."""
+
 _lock = threading.Lock()
 
 
@@ -384,9 +389,11 @@ def use_rules_suites() -> None:
     """Switch this sweep to the business-rules suites (``lopd.envs.toolworld.rules``): training
     on ``toolworld-rules-train``, held-out ``toolworld-rules-test``, summaries in
     `benchmarks/results/rules/learning/` and the report in `benchmarks/results/rules/`, run
-    directories under `runs/rules-learning/`. The warm start stays the plain suites' one."""
-    global OUT, RUNS, HELDOUT, REPORT_DIR, SWEEP_OVERRIDES
+    directories under `runs/rules-learning/`, efficiency against GRPO at lr 2e-4 (``RULES_COMPARISONS``).
+    The warm start is ``--init-adapter``'s (the compared one: ``rules/icl-warm-start-adapter``)."""
+    global OUT, RUNS, HELDOUT, REPORT_DIR, SWEEP_OVERRIDES, COMPARISONS
     REPORT_DIR = RESULTS / "rules"
+    COMPARISONS = RULES_COMPARISONS
     OUT = REPORT_DIR / "learning"
     RUNS = REPO / "runs" / "rules-learning"
     HELDOUT = "toolworld-rules-test"

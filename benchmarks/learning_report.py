@@ -136,7 +136,34 @@ def curve_lines(summaries: list[dict]) -> list[str]:
         for point in heldout_points(run, warm)[1:]:
             gain, se, _ = paired(point["per_task"], base)
             cells.append(f"{point['rollouts']}: {point['success']:.3f} ({gain:+.3f} +- {se:.3f})")
-        lines.append(f"| {run['label']} | {run['seed']} | {'; '.join(cells)} |")
+        lines.append(f"| {run['label']} [w {fingerprint_of(run)}] | {run['seed']} | "
+                     f"{'; '.join(cells)} |")
+    return [*lines, ""]
+
+
+def rule_lines(summaries: list[dict]) -> list[str]:
+    """On the rules suites: per run, the held-out tasks solved among those whose reference
+    meets a rule (a rule-blind solution fails them) and among the rule-free ones, at each
+    evaluated point: whether a method learned a rule or only the tools."""
+    from lopd.envs.toolworld import load_tasks
+
+    ruled = {t.id: bool(t.metadata["rules"]) for t in load_tasks("rules-test")}
+    if not any(task in ruled for run in summaries for task in run["heldout"]["per_task"]):
+        return []
+    n_ruled = sum(ruled.values())
+    lines = [(f"Held-out tasks solved that depend on a rule ({n_ruled}) / that do not "
+              f"({len(ruled) - n_ruled}), at each evaluated point (rollouts):"), "",
+             "| variant | seed | points |", "|---|---|---|"]
+    warms = warm_starts(summaries)
+    for run in summaries:
+        points = heldout_points(run, None if run["name"] == WARM else warms.get(fingerprint_of(run)))
+        cells = []
+        for point in points:
+            won = [t for t, v in point["per_task"].items() if v >= 1.0 and t in ruled]
+            cells.append(f"{point['rollouts']}: {sum(ruled[t] for t in won)} / "
+                         f"{sum(not ruled[t] for t in won)}")
+        lines.append(f"| {run['label']} [w {fingerprint_of(run)}] | {run['seed']} | "
+                     f"{'; '.join(cells)} |")
     return [*lines, ""]
 
 
@@ -366,6 +393,7 @@ def write_report(results: Path, out: Path, shared: tuple[str, ...], suites: tupl
             *report_lines(summaries), "", *control_lines(summaries), *curve_lines(summaries),
             *efficiency, *method_table_lines(summaries, suites, table_rows),
             *(ablation_lines(summaries, *ablations) if ablations else []), *tier_lines(summaries),
+            *rule_lines(summaries),
             "![learning curves](learning.png)", "",
             "![efficiency: mean over seeds, band = the seeds' spread](learning_efficiency.png)",
             "", "CPU: " + " | ".join(cpus), ""]

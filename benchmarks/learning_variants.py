@@ -121,7 +121,10 @@ VARIANTS.update({f"lopd-lr2e-4-t0.7-tier1-g8{suffix}": (
     f"LOPD, {SETTING_LABEL.replace('lr 5e-4', 'lr 2e-4')}{label}",
     (*setting_overrides("lopd", lr="2e-4"), *extra))
     for suffix, label, extra in (("", "", ()),
-                                 ("-text", ", text context", ("method.context=text",)))})
+                                 ("-text", ", text context", ("method.context=text",)),
+                                 ("-m0", ", m = 0 (no margin)", ("method.margin=0",)))})
+VARIANTS["skill-sd-lr2e-4-t0.7-tier1-g8"] = (
+    f"Skill-SD, {SETTING_LABEL.replace('lr 5e-4', 'lr 2e-4')}", setting_overrides("skill-sd", lr="2e-4"))
 """LOPD at GRPO's rules step size (lr 2e-4: lr 5e-4 collapsed GRPO there), latent and text
-context, for the rules suites from the experience-reading warm start
-(benchmarks/results/rules/README.md)."""
+context and the m = 0 ablation, and Skill-SD at the same step size, for the rules suites from
+the experience-reading warm start (benchmarks/results/rules/README.md)."""
