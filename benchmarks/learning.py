@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import shlex
 import sys
@@ -145,14 +144,7 @@ def job(name: str, seed: int, steps: int, args: argparse.Namespace, threads: int
                str((Path(args.runs) / "_coldstart").resolve()), eval_batch=args.eval_batch)
 
 
-def adapter_fingerprint(directory: str) -> str:
-    """First 12 hex digits of the SHA-256 of a PEFT adapter's weights; "none" without one."""
-    if not directory:
-        return "none"
-    weights = Path(directory) / "adapter_model.safetensors"
-    if not weights.exists():
-        return "missing"
-    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+adapter_fingerprint = runner.adapter_fingerprint
 
 
 def _warm_start(job: Job) -> str:

@@ -244,3 +244,23 @@ def test_the_cold_start_cache_key_ignores_what_the_cold_start_does_not_read():
                   "run.threads=1", "rollout.max_new_tokens=64", "method.freeze_composer=true"):
         assert cache_key(load_config(None, [*base, extra])) == key, extra
     assert cache_key(load_config(None, [*base, "method.latent_tokens=8"])) != key
+
+
+def test_the_cold_start_cache_key_follows_the_warm_start_weights_not_their_path(tmp_path):
+    """phi_0 is trained on the warm-started backbone: another warm start needs its own cold
+    start, while a copy of the same adapter elsewhere shares it."""
+    from benchmarks.experiments.runner import cache_key
+
+    def adapter(name: str, weights: bytes) -> str:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "adapter_model.safetensors").write_bytes(weights)
+        return str(directory)
+
+    def key(path: str) -> str:
+        return cache_key(load_config(None, ["method.name=lopd", f"model.init_adapter={path}"]))
+
+    first, copy, other = adapter("a", b"one"), adapter("b", b"one"), adapter("c", b"two")
+    assert key(first) == key(copy)
+    assert key(first) != key(other)
+    assert key(first) != key("")

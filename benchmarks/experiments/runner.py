@@ -54,7 +54,7 @@ _NOT_COLD_START = {  # config fields that do not change bank seeding or the cold
                 "top_p", "train_max_steps"),
     "run": ("out_dir", "threads", "eval_every", "checkpoint_every", "keep_checkpoints",
             "tensorboard", "deterministic"),
-    "model": ("init_adapter", "device"),
+    "model": ("device",),
 }
 
 
@@ -90,8 +90,22 @@ class PeakMemory:
 
 
 # -- cold-start cache ----------------------------------------------------------------------------
+def adapter_fingerprint(directory: str) -> str:
+    """First 12 hex digits of the SHA-256 of a PEFT adapter's weights; "none" without one."""
+    if not directory:
+        return "none"
+    weights = Path(directory) / "adapter_model.safetensors"
+    if not weights.exists():
+        return "missing"
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+
+
 def cache_key(config) -> str:
+    """The cold-start cache's directory name: the seed, K, J and a digest of every field that
+    changes the seeded bank or phi_0. The warm start (``model.init_adapter``) enters by its
+    weights' fingerprint, not its path: the cold start runs on the warm-started backbone."""
     data = config.to_dict()
+    data["model"]["init_adapter"] = adapter_fingerprint(config.model.init_adapter)
     for section, names in _NOT_COLD_START.items():
         for name in names:
             data[section].pop(name, None)
