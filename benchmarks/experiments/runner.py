@@ -8,7 +8,9 @@
   not on the margin, the composer's freezing or the step budget, so they are computed once
   per key under ``RUNS/_coldstart/KEY`` and copied into every LOPD-family run directory
   (``bank.sqlite`` through SQLite's backup API, ``composer_phi0/``, ``coldstart.json``);
-  the Runtime then finds a seeded bank and phi_0 and skips both.
+  the Runtime then finds a seeded bank and phi_0 and skips both. A text-context LOPD run
+  without a probe does not read phi_0 and seeds its own bank instead. The warm start enters
+  the key by its weights' fingerprint.
 - Held-out evaluation: greedy, eval seed 0, the same suites and limits for every method
   (``lopd.evaluate``), with the student adapter active.
 - Teacher probe (ablations): the teacher's NLL per action token on the cold start's held-out
@@ -366,7 +368,9 @@ def run_one(job: Job) -> dict:
     run_dir = Path(job.run_dir)
     started = time.perf_counter()
     cache = None
-    if config.method.name == "lopd":
+    # text context never reads phi_0: without a probe (which reads the cache's held-out
+    # examples) such a run seeds its own bank and skips the cold start
+    if config.method.name == "lopd" and (config.method.context != "text" or job.probe):
         cache = ensure_cache(config, Path(job.cache_root))
         seed_from_cache(cache, run_dir)
     cache_s = time.perf_counter() - started
