@@ -6,9 +6,8 @@ null for what has not run yet:
 - the warm start's greedy success on the 200 ``toolworld-rules-test`` tasks (the ``suites``
   entry of its learning summary: ``python -m benchmarks.learning suites --variants warm-start
   --suites toolworld-rules-test``), and on the plain ``toolworld-test`` for comparison;
-- the teacher's margin Delta at the warm start per context
-  (``benchmarks/results/rules/teacher_privilege.json``), over all sampled tokens and on the
-  tokens a rule decides;
+- the teacher's margin Delta at the warm start per context (``PRIVILEGE_FILES``), over all
+  sampled tokens and on the tokens a rule decides;
 - the reading probe (``benchmarks.rules_probe``) of each warm start: same-rule minus
   other-organisation context on the prerequisite's name;
 - the efficiency comparison (``python -m benchmarks.learning run --rules``) from the
@@ -56,13 +55,13 @@ def _point(prefix: str, success: float | None, se: float | None, seeds: int | No
 
 
 def warm_start_fields() -> dict:
-    """The plain warm start on rules-test and on the plain test (from its learning summary),
-    and the compared one's on rules-test."""
+    """The compared (experience-reading) warm start on rules-test, and the plain one on
+    rules-test and on the plain test (from its learning summary)."""
     data = json.loads(WARM_SUMMARY.read_text()) if WARM_SUMMARY.exists() else {}
     suites = data.get("suites", {})
     fields = {}
-    for key, suite in (("warm_start_success", "toolworld-rules-test"),
-                       ("warm_start_plain_test_success", "toolworld-test")):
+    for key, suite in (("plain_warm_start_success", "toolworld-rules-test"),
+                       ("plain_warm_start_plain_test_success", "toolworld-test")):
         entry = suites.get(suite)
         stats = _stats([{"heldout": entry}]) if entry else None
         fields.update(_point(key, stats["success"] if stats else None,
@@ -71,7 +70,7 @@ def warm_start_fields() -> dict:
     compared = RULES / "learning" / f"warm-start-s0-w{COMPARED_WARM}.json"
     entry = json.loads(compared.read_text())["heldout"] if compared.exists() else None
     stats = _stats([{"heldout": entry}]) if entry else None
-    fields.update(_point("reading_warm_start_success", stats["success"] if stats else None,
+    fields.update(_point("warm_start_success", stats["success"] if stats else None,
                          stats["se"] if stats else None, 1 if entry else None))
     return fields
 
@@ -88,19 +87,31 @@ def probe_fields() -> dict:
     return fields
 
 
+PRIVILEGE_FILES = {"": ("teacher_privilege_icl", "teacher_privilege_icl_latent"),
+                   "_plain": ("teacher_privilege",)}
+"""Where Delta comes from: the compared (experience-reading) warm start's runs of
+``benchmarks.teacher_privilege`` (text and latent contexts in two files), and the plain warm
+start's (fields suffixed ``_plain``)."""
+
+
 def privilege_fields() -> dict:
-    """Delta at the warm start per context, whole trajectories and rule-deciding tokens."""
-    path = RULES / "teacher_privilege.json"
-    contexts = json.loads(path.read_text())["contexts"] if path.exists() else {}
+    """Delta at each warm start per context, whole trajectories and rule-deciding tokens."""
     fields = {}
-    for key, name in (("latent", "latent"), ("text", "text"), ("latent_org", "latent-org"),
-                      ("text_org", "text-org")):
-        found = contexts.get(name)
-        delta = found["delta"] if found else [None, None]
-        rule = found["rule_tokens"]["delta"] if found and found.get("rule_tokens") else [None, None]
-        fields[f"delta_{key}_warm_start"], fields[f"delta_{key}_warm_start_se"] = delta
-        fields[f"delta_{key}_rule_tokens_warm_start"] = rule[0]
-        fields[f"delta_{key}_rule_tokens_warm_start_se"] = rule[1]
+    for suffix, names in PRIVILEGE_FILES.items():
+        contexts = {}
+        for name in names:
+            path = RULES / f"{name}.json"
+            contexts.update(json.loads(path.read_text())["contexts"] if path.exists() else {})
+        for key, context in (("latent", "latent"), ("text", "text"), ("latent_org", "latent-org"),
+                             ("text_org", "text-org")):
+            found = contexts.get(context)
+            delta = found["delta"] if found else [None, None]
+            rule = (found["rule_tokens"]["delta"] if found and found.get("rule_tokens")
+                    else [None, None])
+            name = f"delta_{key}{suffix}_warm_start"
+            fields[name], fields[f"{name}_se"] = delta
+            name = f"delta_{key}_rule_tokens{suffix}_warm_start"
+            fields[name], fields[f"{name}_se"] = rule
     return fields
 
 
@@ -133,7 +144,8 @@ def main() -> None:
                          f"warm start ({COMPARED_WARM}) at LoRA {COMPARED_LR}. "
                          "Success: greedy, 200 toolworld-rules-test tasks "
                          "(SE over tasks; pooled over seeds for the methods). Delta: eq. 12 at "
-                         "the warm start, SE over rollouts; see README.md.")}
+                         "the compared warm start (_plain: the plain one), SE over rollouts; "
+                         "see README.md.")}
     RULES.mkdir(parents=True, exist_ok=True)
     (RULES / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
