@@ -19,9 +19,10 @@ WARM = "benchmarks/results/learning/warm-start-adapter"
 
 
 def first_turns(checkpoints: list[str], suite: str, tier: int, n_tasks: int,
-                max_new_tokens: int = 96) -> list[tuple[str, str, str]]:
+                max_new_tokens: int = 96, warm_adapter: str = WARM,
+                ids: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
     """(checkpoint, task id, decoded first turn) per checkpoint and task; ``warm`` is the warm
-    start itself."""
+    start (``warm_adapter``) itself. ``ids``: these tasks instead of the first of ``tier``."""
     from peft import PeftModel
 
     from lopd.chat import ChatRenderer
@@ -31,8 +32,9 @@ def first_turns(checkpoints: list[str], suite: str, tier: int, n_tasks: int,
 
     tokenizer = load_tokenizer()
     renderer = ChatRenderer(tokenizer)
-    base, _ = load_model(init_adapter=WARM)
-    tasks = [t for t in load_tasks(suite) if t.metadata.get("tier") == tier][:n_tasks]
+    base, _ = load_model(init_adapter=warm_adapter)
+    tasks = ([t for t in load_tasks(suite) if t.id in ids] if ids else
+             [t for t in load_tasks(suite) if t.metadata.get("tier") == tier][:n_tasks])
     found = []
     for checkpoint in checkpoints:
         model = base if checkpoint == "warm" else PeftModel.from_pretrained(base, checkpoint)
@@ -55,10 +57,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--suite", default="rules-test")
     parser.add_argument("--tier", type=int, default=1)
     parser.add_argument("--tasks", type=int, default=3)
+    parser.add_argument("--warm-adapter", default=WARM, help="the warm start the students began from")
+    parser.add_argument("--ids", default="", help="comma-separated task ids (instead of --tier/--tasks)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     for checkpoint, task_id, text in first_turns(args.checkpoints.split(","), args.suite,
-                                                 args.tier, args.tasks):
+                                                 args.tier, args.tasks,
+                                                 warm_adapter=args.warm_adapter,
+                                                 ids=tuple(filter(None, args.ids.split(",")))):
         print(f"{checkpoint} | {task_id}\n    {text!r}")
 
 
