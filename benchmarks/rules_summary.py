@@ -108,10 +108,9 @@ def privilege_fields() -> dict:
             delta = found["delta"] if found else [None, None]
             rule = (found["rule_tokens"]["delta"] if found and found.get("rule_tokens")
                     else [None, None])
-            name = f"delta_{key}{suffix}_warm_start"
-            fields[name], fields[f"{name}_se"] = delta
-            name = f"delta_{key}_rule_tokens{suffix}_warm_start"
-            fields[name], fields[f"{name}_se"] = rule
+            for field, value in ((f"delta_{key}{suffix}_warm_start", delta),
+                                 (f"delta_{key}_rule_tokens{suffix}_warm_start", rule)):
+                fields[field], fields[f"{field}_se"] = value
     return fields
 
 
