@@ -108,12 +108,37 @@ def teacher_nll(
     return nll, rows
 
 
-def _row_mean_sum(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """Sum over rows that have tokens of each row's mean NLL (eq. 10's inner mean)."""
+def _row_means(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's mean NLL ``(n_rows,)`` (0 where a row has no token) and which rows have one."""
     sums = torch.zeros(n_rows, device=nll.device, dtype=nll.dtype).index_add(0, rows, nll)
     counts = torch.bincount(rows, minlength=n_rows).to(nll.dtype)
     has = counts > 0
-    return (sums[has] / counts[has]).sum()
+    return torch.where(has, sums / counts.clamp_min(1), torch.zeros_like(sums)), has
+
+
+def _row_mean_sum(nll: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """Sum over rows that have tokens of each row's mean NLL (eq. 10's inner mean)."""
+    means, has = _row_means(nll, rows, n_rows)
+    return means[has].sum()
+
+
+def contrast_hinge(own: torch.Tensor, other: torch.Tensor, margin: float) -> torch.Tensor:
+    """``relu(margin - (other - own))`` per row: zero once the trajectory's mean NLL with its own
+    experiences' latents is at least ``margin`` below its NLL with another example's."""
+    return torch.relu(margin - (other - own))
+
+
+def shuffled_examples(examples: list[ColdStartExample]) -> list[ColdStartExample]:
+    """The same trajectories with the experiences of another example (the next one whose
+    experience list differs, cyclically); an example keeps its own when every list is equal.
+    A composer whose latents ignore their input scores these as well as the real ones."""
+    shuffled = []
+    for index, example in enumerate(examples):
+        others = [examples[(index + step) % len(examples)] for step in range(1, len(examples))]
+        other = next((o for o in others if o.experiences != example.experiences), example)
+        shuffled.append(ColdStartExample(example.trajectory, example.task_text,
+                                         list(other.experiences)))
+    return shuffled
 
 
 def _rows_with_tokens(examples: list[ColdStartExample]) -> int:
@@ -121,20 +146,32 @@ def _rows_with_tokens(examples: list[ColdStartExample]) -> int:
 
 
 def _accumulate_step(composer, model, chunk, micro_batch, teacher_model, pad_id,
-                     dtype, placement=None) -> float | None:
+                     dtype, placement=None, contrast: float = 0.0,
+                     margin: float = 0.0) -> float | None:
     """Eq. 10 loss of ``chunk`` (mean over rows of each row's mean NLL), its gradient
     accumulated over forwards of ``micro_batch`` examples: the same gradient as one forward of
-    the whole chunk, with a fraction of its activations alive at a time. None: no tokens."""
+    the whole chunk, with a fraction of its activations alive at a time. With ``contrast`` > 0
+    each row also pays ``contrast * contrast_hinge(own, shuffled, margin)``, its NLL under the
+    latents of another example of the chunk (``shuffled_examples``) as the reference.
+    None: no tokens."""
     n_rows = _rows_with_tokens(chunk)
     if not n_rows:
         return None
+    negatives = shuffled_examples(chunk) if contrast > 0 else None
     value = 0.0
     for start in range(0, len(chunk), micro_batch):
         part = chunk[start : start + micro_batch]
         with autocast_context(dtype, model_device(model)):
             nll, rows = teacher_nll(composer, model, part, True, teacher_model, pad_id,
                                     placement)
-        loss = _row_mean_sum(nll, rows, len(part)) / n_rows
+            own, has = _row_means(nll, rows, len(part))
+            loss = own[has].sum() / n_rows
+            if negatives is not None:
+                other_nll, other_rows = teacher_nll(
+                    composer, model, negatives[start : start + micro_batch], True,
+                    teacher_model, pad_id, placement)
+                other, _ = _row_means(other_nll, other_rows, len(part))
+                loss = loss + contrast * contrast_hinge(own, other, margin)[has].sum() / n_rows
         if loss.requires_grad:
             loss.backward()
         value += float(loss.detach())
@@ -182,6 +219,8 @@ def cold_start(
     dtype: str = "fp32",
     micro_batch: int = 1,
     placement=None,
+    contrast: float = 0.0,
+    contrast_margin: float = 0.05,
 ) -> ColdStartResult:
     """Fit the composer on ``examples`` for ``steps`` AdamW steps; returns the metrics.
 
@@ -191,7 +230,8 @@ def cold_start(
     called after every step if given. ``tokenizer`` pads the batches. ``dtype="bf16-autocast"``
     runs the forwards under CPU/GPU bf16 autocast (``lopd.models.autocast_context``). Each
     step's gradient accumulates over forwards of ``micro_batch`` examples (peak memory
-    ``benchmarks/results/memory.md``).
+    ``benchmarks/results/memory.md``). ``contrast`` > 0 adds the contrastive hinge
+    (``_accumulate_step``; one more teacher forward per example).
     """
     if not examples:
         raise ValueError("cold start needs at least one example")
@@ -212,7 +252,8 @@ def cold_start(
         chunk = [examples[i] for i in picks]
         optimizer.zero_grad(set_to_none=True)
         value = _accumulate_step(composer, model, chunk, max(micro_batch, 1), teacher_model,
-                                 tokenizer.pad_token_id, dtype, placement)
+                                 tokenizer.pad_token_id, dtype, placement, contrast,
+                                 contrast_margin)
         if value is None:  # no supervised token in the draw: nothing to learn from
             continue
         if grad_clip:

@@ -470,6 +470,25 @@ class Composer(nn.Module):
         return self.compose(task_texts, experiences)
 
 
+def latent_diversity(latents: torch.Tensor) -> dict[str, float]:
+    """How much a composer's output varies: ``latents (P, K, d)``, the K latents of P encoded
+    (task, experience) pairs. ``within``: mean cosine between two latents of one pair;
+    ``across``: mean cosine between latent k of two different pairs. Both near 1 is a composer
+    whose context ignores its input, a learned soft prompt (one vector repeated J*K times).
+    NaN where a count is below 2."""
+    e = torch.nn.functional.normalize(latents.detach().float(), dim=-1)
+
+    def mean_off_diagonal(gram: torch.Tensor) -> float:
+        n = gram.shape[-1]
+        if n < 2:
+            return float("nan")
+        off = ~torch.eye(n, dtype=torch.bool, device=gram.device)
+        return float(gram[..., off].mean())
+
+    return {"within": mean_off_diagonal(e @ e.transpose(1, 2)),
+            "across": mean_off_diagonal(e.transpose(0, 1) @ e.transpose(0, 1).transpose(1, 2))}
+
+
 def expand_for_groups(
     context: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:

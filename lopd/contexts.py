@@ -99,6 +99,23 @@ def _sibling_feedback(traj: Trajectory, trajs: Sequence[Trajectory]) -> str | No
     return f"A successful attempt at this task:\n{trace}\n{feedback}"
 
 
+def latent_context_diversity(context: StepContext | None, num_queries: int) -> dict[str, float]:
+    """``lopd.composer.latent_diversity`` of a step's composed contexts, as step metrics
+    (``latent_cos_within``, ``latent_cos_across``); empty without latents. Both near 1: the
+    composer has collapsed to one input-blind vector (``docs/methods.md``, the cold start)."""
+    if context is None or context.task_latent is None or context.task_latent.numel() == 0:
+        return {}
+    from lopd.composer import latent_diversity
+
+    n, width, d = context.task_latent.shape
+    grid = context.task_latent.detach().reshape(n, width // num_queries, num_queries, d)
+    present = context.task_mask.reshape(n, width // num_queries, num_queries)[..., 0]
+    if not bool(present.any()):
+        return {}
+    found = latent_diversity(grid[present])
+    return {f"latent_cos_{name}": value for name, value in found.items() if value == value}
+
+
 class LatentContextProvider:
     """LOPD: retrieve J experiences per task, compose J*K latent tokens, share per group.
 

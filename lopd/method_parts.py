@@ -46,7 +46,8 @@ def attach_latent(rt: Runtime) -> None:
     spec = LoraSpec(r=cfg.composer_lora_r, alpha=2 * cfg.composer_lora_r)
     composer_cfg = ComposerConfig(num_queries=cfg.latent_tokens, n_layers=cfg.composer_layers,
                                   lora=spec, block=cfg.compressor, latent_scale=cfg.latent_scale,
-                                  max_pair_tokens=cfg.encoder_max_tokens)
+                                  max_pair_tokens=cfg.encoder_max_tokens,
+                                  query_init_std=cfg.composer_query_std)
     # The encoder lives on the frozen backbone: the student's own base (LoRA student) or the
     # frozen teacher copy (full fine-tuning), never on trainable student weights.
     backbone = rt.model if rt.teacher_model is None else rt.teacher_model
@@ -112,7 +113,7 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
     without latent context. The numbers go to ``RUN/coldstart.json``. Skipped (phi_0 = the
     initial composer) under ``method.context=text``, whose teacher never reads the latents.
     """
-    from lopd.coldstart import cold_start, evaluate_nll
+    from lopd.coldstart import cold_start, evaluate_nll, shuffled_examples
 
     cfg = rt.config.method
     if cfg.context == "text":  # the teacher reads the experiences as text and never phi
@@ -129,17 +130,37 @@ def run_cold_start(rt: Runtime, phi0: Path) -> dict:
                                 grad_clip=cfg.cold_start_clip,
                                 weight_decay=rt.config.optim.weight_decay,
                                 seed=rt.config.run.seed, teacher_model=rt.teacher_model,
-                                evaluate=False, dtype=rt.dtype, placement=rt.placement)
+                                evaluate=False, dtype=rt.dtype, placement=rt.placement,
+                                contrast=cfg.cold_start_contrast,
+                                contrast_margin=cfg.cold_start_contrast_margin)
         report.update(
             train_losses=result.losses,
             heldout_nll_no_context=evaluate_nll(rt.composer, rt.model, held, False, 4,
                                                 rt.teacher_model, rt.dtype, rt.placement),
             heldout_nll_context=evaluate_nll(rt.composer, rt.model, held, True, 4,
-                                             rt.teacher_model, rt.dtype, rt.placement))
+                                             rt.teacher_model, rt.dtype, rt.placement),
+            heldout_nll_shuffled_context=evaluate_nll(rt.composer, rt.model,
+                                                      shuffled_examples(held), True, 4,
+                                                      rt.teacher_model, rt.dtype, rt.placement),
+            latent_diversity=composer_diversity(rt.composer, held))
     # the report first, then phi_0 (each atomic): a complete phi_0 implies its report
     write_text(rt.out / "coldstart.json", json.dumps(report, indent=2))
     rt.composer.save(phi0)
     return report
+
+
+@torch.no_grad()
+def composer_diversity(composer, examples: list, limit: int = 16) -> dict[str, float]:
+    """``lopd.composer.latent_diversity`` of the pairs of up to ``limit`` examples."""
+    from lopd.composer import latent_diversity
+
+    picked = examples[:limit]
+    out = composer.compose_detailed([e.task_text for e in picked],
+                                    [list(e.experiences) for e in picked])
+    n_tasks, width, d = out.context.shape
+    K = composer.config.num_queries
+    grid = out.context.reshape(n_tasks, width // K, K, d)
+    return latent_diversity(grid[out.pair_task, out.pair_slot])
 
 
 def held_out_count(n_examples: int) -> int:

@@ -36,7 +36,7 @@ from lopd.atomic import append_line, write_with
 from lopd.batch import collate, gather_token_logprobs, kept_length
 from lopd.checkpoint import latest_checkpoint
 from lopd.config import Config, save_config
-from lopd.contexts import StepContext
+from lopd.contexts import StepContext, latent_context_diversity
 from lopd.evaluate import evaluate_runtime
 from lopd.methods import LossTerms, distill_loss, engine_logprobs, grpo_micro_loss
 from lopd.run_dir import output_dir_problem, repair, start_over
@@ -122,7 +122,9 @@ class Trainer:
                                            self.config.method.beta_lr)
         self.beta_history.append(self.beta)
         timings["total"] = time.perf_counter() - started
-        return self.step_metrics(step, trajs, terms, delta, anchor, timings)
+        metrics = self.step_metrics(step, trajs, terms, delta, anchor, timings)
+        metrics.update(latent_context_diversity(context, self.config.method.latent_tokens))
+        return metrics
 
     def update(self, trajs: list[Trajectory], context: StepContext | None,
                timings: dict[str, float]) -> tuple[LossTerms, float]:

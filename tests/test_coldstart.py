@@ -112,3 +112,46 @@ def test_cold_start_on_smollm2_helps_the_real_teacher():
                         micro_batch=4)
     assert result.nll_context_after < result.nll_context_before - 0.5, result.as_dict()
     assert result.nll_context_after < result.nll_no_context - 0.2, result.as_dict()
+
+
+def test_contrast_hinge_hand_values():
+    from lopd.coldstart import contrast_hinge
+
+    own = torch.tensor([1.0, 1.0, 1.0])
+    other = torch.tensor([1.0, 1.03, 2.0])  # no gap, a gap below the margin, a wide gap
+    torch.testing.assert_close(contrast_hinge(own, other, 0.05), torch.tensor([0.05, 0.02, 0.0]))
+
+
+def test_shuffled_examples_hand_each_trajectory_another_experience_list():
+    from lopd.coldstart import shuffled_examples
+
+    _, tokenizer = load_model("tiny-random")
+    examples = synthetic_examples(tokenizer, 3)
+    shuffled = shuffled_examples(examples)
+    for index, (example, other) in enumerate(zip(examples, shuffled, strict=True)):
+        assert other.trajectory is example.trajectory and other.task_text == example.task_text
+        assert other.experiences == examples[(index + 1) % 3].experiences
+    same = [ColdStartExample(e.trajectory, e.task_text, ["one list"]) for e in examples]
+    assert [s.experiences for s in shuffled_examples(same)] == [["one list"]] * 3
+
+
+def test_contrast_term_is_the_hinge_on_own_and_shuffled_nll():
+    """_accumulate_step with contrast = the plain loss + contrast * mean hinge, both from
+    teacher_nll: checked against the two NLLs computed directly."""
+    from lopd.coldstart import _accumulate_step, _row_means, shuffled_examples, teacher_nll
+
+    model, tokenizer, composer = build("tiny-random", num_queries=4, n_layers=1)
+    examples = synthetic_examples(tokenizer, 4)
+    pad = tokenizer.pad_token_id
+    with torch.no_grad():
+        own, _ = _row_means(*teacher_nll(composer, model, examples, True, pad_id=pad), 4)
+        other, _ = _row_means(*teacher_nll(composer, model, shuffled_examples(examples), True,
+                                           pad_id=pad), 4)
+    margin = float((other - own).abs().max()) + 0.1  # every row inside the hinge
+    plain = _accumulate_step(composer, model, examples, 2, None, pad, "fp32")
+    contrasted = _accumulate_step(composer, model, examples, 2, None, pad, "fp32",
+                                  contrast=0.5, margin=margin)
+    expected = float(own.mean()) + 0.5 * float((margin - (other - own)).mean())
+    assert plain == pytest.approx(float(own.mean()), rel=1e-5)
+    assert contrasted == pytest.approx(expected, rel=1e-5)
+

@@ -180,3 +180,29 @@ def test_expand_for_groups():
     assert expanded.shape == (5, 3, 2)
     torch.testing.assert_close(expanded[4], context[1])
     assert expanded_mask[:, 1].tolist() == [True, True, False, False, False]
+
+
+def test_latent_diversity_hand_values():
+    from lopd.composer import latent_diversity
+
+    x, y = [1.0, 0.0], [0.0, 1.0]
+    repeated = torch.tensor([[x, x], [y, y]])  # one vector per pair, pairs apart
+    assert latent_diversity(repeated) == pytest.approx({"within": 1.0, "across": 0.0})
+    blind = torch.tensor([[x, y], [x, y]])  # latents apart, the same for every input
+    assert latent_diversity(blind) == pytest.approx({"within": 0.0, "across": 1.0})
+    one = latent_diversity(torch.tensor([[x, y]]))
+    assert one["within"] == pytest.approx(0.0) and one["across"] != one["across"]  # NaN
+
+
+def test_step_metrics_name_a_collapsed_latent_context():
+    from lopd.contexts import StepContext, latent_context_diversity
+
+    x, y = [1.0, 0.0], [0.0, 1.0]
+    # two tasks, J = 2 slots of K = 2 latents; task 1's second slot is empty
+    latent = torch.tensor([[x, x, x, x], [x, x, y, y]])
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    context = StepContext(active=torch.ones(2, dtype=torch.bool), task_latent=latent,
+                          task_mask=mask)
+    assert latent_context_diversity(context, 2) == pytest.approx(
+        {"latent_cos_within": 1.0, "latent_cos_across": 1.0})  # the empty slot is not counted
+    assert latent_context_diversity(StepContext(active=torch.ones(1, dtype=torch.bool)), 2) == {}

@@ -43,27 +43,37 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 @torch.no_grad()
 def shifts(rt, held: list) -> dict:
-    """Per held-out example: NLL without - with the latents, over all action tokens and over
-    the rule-deciding tokens; summarised as [mean, SE, examples]."""
-    from lopd.coldstart import teacher_nll
+    """Per held-out example: NLL without - with the latents (``all``, and ``rule_tokens``: the
+    rule-deciding tokens), and NLL with another example's latents - with its own (``specific``,
+    ``rule_specific``: what the latents say about this experience beyond any latent context);
+    each summarised as [mean, SE, examples]. ``diversity``: ``lopd.composer.latent_diversity``."""
+    from lopd.coldstart import shuffled_examples, teacher_nll
+    from lopd.method_parts import composer_diversity
 
     pad = rt.tokenizer.pad_token_id or 0
-    every, rule = [], []
+    values: dict[str, list[float]] = {"all": [], "rule_tokens": [], "specific": [],
+                                      "rule_specific": []}
     rt.composer.eval()
-    for example in held:
+    for example, other in zip(held, shuffled_examples(held)):
         with rt.autocast():
             plain, _ = teacher_nll(rt.composer, rt.model, [example], False, rt.teacher_model,
                                    pad, rt.placement)
             latent, _ = teacher_nll(rt.composer, rt.model, [example], True, rt.teacher_model,
                                     pad, rt.placement)
-        shift = plain.float() - latent.float()
-        every.append(float(shift.mean()))
+            foreign, _ = teacher_nll(rt.composer, rt.model, [other], True, rt.teacher_model,
+                                     pad, rt.placement)
+        shift, specific = plain.float() - latent.float(), foreign.float() - latent.float()
+        values["all"].append(float(shift.mean()))
+        values["specific"].append(float(specific.mean()))
         found = decision_tokens(example.trajectory, rt.tokenizer)
         if found is not None and found[1] == "prerequisite":
-            rule.append(float(shift[found[0]].mean()))
+            values["rule_tokens"].append(float(shift[found[0]].mean()))
+            values["rule_specific"].append(float(specific[found[0]].mean()))
+    summary = {name: [statistics.fmean(v), standard_error(v), len(v)] if v else None
+               for name, v in values.items()}
+    summary["diversity"] = composer_diversity(rt.composer, held)
     rt.composer.train()
-    return {name: [statistics.fmean(v), standard_error(v), len(v)] if v else None
-            for name, v in (("all", every), ("rule_tokens", rule))}
+    return summary
 
 
 def write(args, result: dict) -> None:
@@ -78,14 +88,22 @@ def write(args, result: dict) -> None:
               f"{result['seconds_per_step']:.1f} s per cold-start step. Shift = NLL without - "
               "NLL with the latents, nats per token, mean +- SE over held-out examples "
               "(> 0: the latents help)."), "",
+             ("Specific = NLL with another example's latents - NLL with its own (> 0: the latents "
+              "carry their experience, not just a context any experience would give). Cosines: "
+              "`lopd.composer.latent_diversity` (within one experience's K latents; across "
+              "experiences, same k); both near 1 = one input-blind vector."), "",
              ("| cold-start steps | shift, all action tokens | shift, rule-deciding tokens | "
+              "specific, all | specific, rule-deciding | cosine within / across | "
               "train loss (mean of the last 10 steps) |"),
-             "|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|"]
     for point in result["points"]:
         cells = [f"{v[0]:+.4f} +- {v[1]:.4f} ({v[2]})" if v else "-"
-                 for v in (point["all"], point["rule_tokens"])]
+                 for v in (point["all"], point["rule_tokens"], point.get("specific"),
+                           point.get("rule_specific"))]
+        cosines = point.get("diversity") or {}
+        cosine = (f"{cosines['within']:.4f} / {cosines['across']:.4f}" if cosines else "-")
         loss = point["train_loss"]
-        lines.append(f"| {point['step']} | {cells[0]} | {cells[1]} | "
+        lines.append(f"| {point['step']} | {' | '.join(cells)} | {cosine} | "
                      f"{'-' if loss is None else f'{loss:.4f}'} |")
     path.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
@@ -102,11 +120,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--at", default="0,30,100,200", help="cold-start steps to measure at")
     parser.add_argument("--set", nargs="*", default=[], help="more overrides")
+    parser.add_argument("--composer", default="",
+                        help="measure this saved composer (e.g. a run's composer_phi0) at step 0")
     parser.add_argument("--name", default="rules/coldstart_curve")
     parser.add_argument("--results-dir", default=str(RESULTS))
     args = parser.parse_args(argv)
     args.from_run = ""
     at = sorted({int(s) for s in args.at.split(",")})
+    if args.composer and at != [0]:
+        parser.error("--composer measures a saved composer: use it with --at 0")
     command = command_line("benchmarks.studies.coldstart_curve", args)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
                 measure(step + 1)
                 train_started[0] += time.perf_counter() - paused  # not a training step's time
 
+        if args.composer:
+            rt.composer.load(args.composer)
         if 0 in at:
             measure(0)
         train_started[0] = time.perf_counter()
@@ -150,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
                        batch_size=cfg.cold_start_batch, grad_clip=cfg.cold_start_clip,
                        weight_decay=rt.config.optim.weight_decay, seed=rt.config.run.seed,
                        teacher_model=rt.teacher_model, evaluate=False, log=log, dtype=rt.dtype,
-                       placement=rt.placement)
+                       placement=rt.placement, contrast=cfg.cold_start_contrast,
+                       contrast_margin=cfg.cold_start_contrast_margin)
     print((Path(args.results_dir) / args.name).with_suffix(".md").read_text())
 
 
