@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
             write(args, result)
             print(json.dumps(point), flush=True)
 
+        result["losses"] = losses  # every step's training loss, written with each point
+
         def log(step: int, loss: float) -> None:
             losses.append(loss)
             result["seconds_per_step"] = (time.perf_counter() - train_started[0]) / (step + 1)
