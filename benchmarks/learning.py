@@ -120,7 +120,7 @@ the one LOPD ablation that separated upward, among them)."""
 
 RULES_COMPARISONS = {"grpo-lr2e-4-t0.7-tier1-g8": tuple(
     f"{m}-lr2e-4-t0.7-tier1-g8{x}" for m, x in (("lopd", ""), ("lopd", "-text"), ("lopd", "-m0"),
-                                                ("skill-sd", "")))}
+                                                ("lopd", "-diverse"), ("skill-sd", "")))}
 """Efficiency on the rules suites: every method at GRPO's step size there (lr 5e-4 collapsed it)."""
 
 _lock = threading.Lock()

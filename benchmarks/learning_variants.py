@@ -117,12 +117,17 @@ VARIANTS.update({f"lopd-{SETTING}-{FP32}-{key}": (f"LOPD, {SETTING_LABEL}, fp32,
                                                   (*setting_overrides("lopd"), "model.dtype=fp32",
                                                    *extra))
                  for key, (label, extra) in ABLATIONS.items()})
+DIVERSE_COLD_START = ("method.cold_start_lr=1e-4", "method.composer_query_std=1.0",
+                      "method.cold_start_contrast=1.0")
+"""The cold start that keeps the composer's latents apart on the rules suites (the default's
+phi_0 collapses to one input-blind vector there: benchmarks/results/rules/README.md)."""
 VARIANTS.update({f"lopd-lr2e-4-t0.7-tier1-g8{suffix}": (
     f"LOPD, {SETTING_LABEL.replace('lr 5e-4', 'lr 2e-4')}{label}",
     (*setting_overrides("lopd", lr="2e-4"), *extra))
     for suffix, label, extra in (("", "", ()),
                                  ("-text", ", text context", ("method.context=text",)),
-                                 ("-m0", ", m = 0 (no margin)", ("method.margin=0",)))})
+                                 ("-m0", ", m = 0 (no margin)", ("method.margin=0",)),
+                                 ("-diverse", ", the diverse cold start", DIVERSE_COLD_START))})
 VARIANTS["skill-sd-lr2e-4-t0.7-tier1-g8"] = (
     f"Skill-SD, {SETTING_LABEL.replace('lr 5e-4', 'lr 2e-4')}", setting_overrides("skill-sd", lr="2e-4"))
 """LOPD at GRPO's rules step size (lr 2e-4: lr 5e-4 collapsed GRPO there), latent and text

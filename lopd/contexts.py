@@ -20,6 +20,7 @@ critique; Skill-SD summarises each successful task once with a greedy 48-token g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -113,7 +114,8 @@ def latent_context_diversity(context: StepContext | None, num_queries: int) -> d
     if not bool(present.any()):
         return {}
     found = latent_diversity(grid[present])
-    return {f"latent_cos_{name}": value for name, value in found.items() if value == value}
+    return {f"latent_cos_{name}": value for name, value in found.items()
+            if not math.isnan(value)}  # "across" needs two experiences
 
 
 class LatentContextProvider:
