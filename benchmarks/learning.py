@@ -120,7 +120,8 @@ the one LOPD ablation that separated upward, among them)."""
 
 RULES_COMPARISONS = {"grpo-lr2e-4-t0.7-tier1-g8": tuple(
     f"{m}-lr2e-4-t0.7-tier1-g8{x}" for m, x in (("lopd", ""), ("lopd", "-text"), ("lopd", "-m0"),
-                                                ("lopd", "-diverse"), ("skill-sd", "")))}
+                                                ("lopd", "-diverse"), ("lopd", "-diverse-m0"),
+                                                ("skill-sd", "")))}
 """Efficiency on the rules suites: every method at GRPO's step size there (lr 5e-4 collapsed it)."""
 
 _lock = threading.Lock()

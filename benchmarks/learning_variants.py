@@ -127,7 +127,9 @@ VARIANTS.update({f"lopd-lr2e-4-t0.7-tier1-g8{suffix}": (
     for suffix, label, extra in (("", "", ()),
                                  ("-text", ", text context", ("method.context=text",)),
                                  ("-m0", ", m = 0 (no margin)", ("method.margin=0",)),
-                                 ("-diverse", ", the diverse cold start", DIVERSE_COLD_START))})
+                                 ("-diverse", ", the diverse cold start", DIVERSE_COLD_START),
+                                 ("-diverse-m0", ", the diverse cold start, m = 0 (no margin)",
+                                  (*DIVERSE_COLD_START, "method.margin=0")))})
 VARIANTS["skill-sd-lr2e-4-t0.7-tier1-g8"] = (
     f"Skill-SD, {SETTING_LABEL.replace('lr 5e-4', 'lr 2e-4')}", setting_overrides("skill-sd", lr="2e-4"))
 """LOPD at GRPO's rules step size (lr 2e-4: lr 5e-4 collapsed GRPO there), latent and text
