@@ -21,6 +21,7 @@ null for what has not run yet:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from benchmarks.learning_report import first_reaching, pooled, pooled_points, warm_starts
@@ -39,6 +40,8 @@ COMPARED_LR = "lr2e-4"
 METHODS = {key: SETTING.replace("lr5e-4", COMPARED_LR).join((f"{name}-", suffix))
            for key, name, suffix in (("grpo", "grpo", ""), ("lopd", "lopd", ""),
                                      ("lopd_text", "lopd", "-text"),
+                                     ("lopd_diverse", "lopd", "-diverse"),
+                                     ("lopd_diverse_m0", "lopd", "-diverse-m0"),
                                      ("skill_sd", "skill-sd", ""))}
 
 
@@ -87,30 +90,34 @@ def probe_fields() -> dict:
     return fields
 
 
-PRIVILEGE_FILES = {"": ("teacher_privilege_icl", "teacher_privilege_icl_latent"),
-                   "_plain": ("teacher_privilege",)}
+ALL_CONTEXTS = (("latent", "latent"), ("text", "text"), ("latent_org", "latent-org"),
+                ("text_org", "text-org"))
+PRIVILEGE_FILES = {"": (("teacher_privilege_icl", "teacher_privilege_icl_latent"), ALL_CONTEXTS),
+                   "_plain": (("teacher_privilege",), ALL_CONTEXTS),
+                   "_diverse": (("teacher_privilege_icl_diverse",), ALL_CONTEXTS[::2])}
 """Where Delta comes from: the compared (experience-reading) warm start's runs of
-``benchmarks.teacher_privilege`` (text and latent contexts in two files), and the plain warm
-start's (fields suffixed ``_plain``)."""
+``benchmarks.teacher_privilege`` (text and latent contexts in two files), the plain warm
+start's (fields suffixed ``_plain``), and the latents of the diverse cold start's phi_0
+(``_diverse``: the ``-diverse`` variant's cache)."""
 
 
 def privilege_fields() -> dict:
     """Delta at each warm start per context, whole trajectories and rule-deciding tokens."""
     fields = {}
-    for suffix, names in PRIVILEGE_FILES.items():
+    for suffix, (names, wanted) in PRIVILEGE_FILES.items():
         contexts = {}
         for name in names:
             path = RULES / f"{name}.json"
             contexts.update(json.loads(path.read_text())["contexts"] if path.exists() else {})
-        for key, context in (("latent", "latent"), ("text", "text"), ("latent_org", "latent-org"),
-                             ("text_org", "text-org")):
+        for key, context in wanted:
             found = contexts.get(context)
             delta = found["delta"] if found else [None, None]
             rule = (found["rule_tokens"]["delta"] if found and found.get("rule_tokens")
                     else [None, None])
             for field, value in ((f"delta_{key}{suffix}_warm_start", delta),
                                  (f"delta_{key}_rule_tokens{suffix}_warm_start", rule)):
-                fields[field], fields[f"{field}_se"] = value
+                fields[field], fields[f"{field}_se"] = (  # NaN: no rollout had such a token
+                    None if v is None or math.isnan(v) else v for v in value)
     return fields
 
 
@@ -126,7 +133,7 @@ def comparison_fields() -> dict:
         fields.update(_point(f"{key}_final_success", stats["success"] if stats else None,
                              stats["se"] if stats else None, len(runs) or None))
         curves[key] = pooled_points(runs, warm) if runs else []
-    for key in ("lopd", "lopd_text"):
+    for key in ("lopd", "lopd_text", "lopd_diverse", "lopd_diverse_m0"):
         share = None
         if curves["grpo"] and curves[key]:
             budget, target = curves["grpo"][-1][0], curves["grpo"][-1][1]
