@@ -150,8 +150,10 @@ def main() -> None:
                          f"warm start ({COMPARED_WARM}) at LoRA {COMPARED_LR}. "
                          "Success: greedy, 200 toolworld-rules-test tasks "
                          "(SE over tasks; pooled over seeds for the methods). Delta: eq. 12 at "
-                         "the compared warm start (_plain: the plain one), SE over rollouts; "
-                         "see README.md.")}
+                         "the compared warm start (_plain: the plain one), SE over rollouts. "
+                         "lopd_: latents from the default cold start, whose phi_0 is one "
+                         "input-blind soft prompt on these suites, so the latent LOPD runs "
+                         "use the diverse cold start (lopd_diverse_); see README.md.")}
     RULES.mkdir(parents=True, exist_ok=True)
     (RULES / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
