@@ -240,9 +240,14 @@ def _save_atomically(directory: Path, model, tokenizer) -> None:
     tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    # transformers writes a model's files on rank 0 only once torch.distributed is up; the cache
+    # is built by whichever rank holds the lock, so this process writes them whatever its rank.
+    model.should_save_on_this_rank = lambda is_main_process: True
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / _MARKER).write_text("ok\n")
+    if not _is_complete(tmp):
+        raise RuntimeError(f"building the model cache left {tmp} incomplete: {sorted(os.listdir(tmp))}")
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)
 

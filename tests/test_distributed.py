@@ -15,6 +15,24 @@ def test_single_process_defaults():
     assert shard([1, 2, 3]) == [1, 2, 3]
 
 
+def test_a_non_zero_rank_builds_a_complete_model_cache(tmp_path, monkeypatch):
+    """The rank that holds the cache lock writes the whole model, even where transformers
+    would write a model's files on rank 0 only (a rank-1 build once left a cache without
+    config.json, and every rank then failed to load it)."""
+    import torch.distributed
+
+    from lopd.models import _is_complete, resolve_model_dir
+
+    smollm2 = resolve_model_dir("smollm2-135m")  # the tokenizer's source, shared
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / smollm2.name).symlink_to(smollm2)
+    monkeypatch.setenv("LOPD_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # as rank 1 of 2
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    directory = resolve_model_dir("tiny-random")
+    assert _is_complete(directory) and (directory / "config.json").is_file()
+
+
 @pytest.mark.parametrize("method", ["lopd"])
 def test_two_processes_train_and_agree(tmp_path, method):
     out = tmp_path / "run"
