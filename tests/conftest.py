@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # rollout.backend=auto samples with the HF loop here (fast to build, bit-exact resumes); the vLLM
-# engine is tested in test_vllm_backend.py, which asks for it by name
+# engine is tested in test_vllm_backend.py and test_vllm_training.py, which ask for it by name
 os.environ.setdefault("LOPD_VLLM", "0")
 os.environ["LOPD_EVAL_LOCK"] = str(Path(tempfile.mkdtemp(prefix="lopd-tests-")) / "evaluation.lock")
 
@@ -52,8 +52,8 @@ def smol_tokenizer():
 # fixtures are built once) and the workers take the files in the order collected here. Long
 # files first, then the others by number of tests (xdist's own order), so that no long file is
 # started last and runs on one worker while the other has nothing left to do.
-LONG_FIRST = ("test_vllm_backend.py", "test_fsdp.py", "test_kill_resume.py",
-              "test_hostile_code.py", "test_experiments.py", "test_trainer.py",
+LONG_FIRST = ("test_vllm_backend.py", "test_vllm_training.py", "test_fsdp.py",
+              "test_kill_resume.py", "test_hostile_code.py", "test_experiments.py", "test_trainer.py",
               "test_coldstart.py", "test_generation.py", "test_resume.py", "test_distributed.py",
               "test_hostile_tools.py", "test_initial_policy.py", "test_plugins.py",
               "test_demo.py", "test_learning_sweep.py", "test_envs_code.py")

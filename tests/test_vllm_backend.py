@@ -1,6 +1,7 @@
 """``rollout.backend=vllm`` (``lopd.vllm_backend``): the engine against the HF loop on the real
-SmolLM2, stop ids, multi-turn episodes over the prefix cache, weight sync, every method's
-training step; and the pure parts (importance weights, backend choice) without vLLM.
+SmolLM2, stop ids, sampling, multi-turn episodes over the prefix cache, weight sync; and the pure
+parts (importance weights, backend choice) without vLLM. Every method's training step on the
+engine's rollouts is in ``test_vllm_training.py``.
 
 The engine is built once for the module (``engine``: fp32, as the trainer builds it where the
 model runs in fp32; 0.5 GiB of KV cache), and every test that needs it shares it; the other test
@@ -292,58 +293,3 @@ def test_weight_sync_samples_what_the_new_weights_say(smol, engine):
     old_gap = [(_logprobs(model, p, ids) - torch.tensor(scores)).abs().mean()
                for p, ids, scores in zip(prompts, after, engine.last_logprobs)]
     assert max(new_gap) < 1e-3 and min(old_gap) > 1.0, (new_gap, old_gap)
-
-
-def _train_config(tmp_path, method):
-    from lopd.config import load_config
-
-    overrides = [
-        "model.name=smollm2-135m", "model.dtype=fp32", f"method.name={method}",
-        "optim.steps=1", "optim.tasks_per_step=2", "optim.group_size=2", "optim.micro_batch=4",
-        "rollout.max_steps=2", "rollout.max_new_tokens=12", "rollout.temperature=1.0",
-        "rollout.backend=vllm", "rollout.importance_cap=2", "data.max_train_tasks=20",
-        "data.eval_tasks=0", "method.latent_tokens=4", "method.num_experiences=1",
-        "method.seed_experiences=8", "method.cold_start_steps=1",
-        "method.experience_chars=200", "run.threads=1", "run.tensorboard=false",
-        f"run.out_dir={tmp_path / method}",
-    ]
-    return load_config(None, overrides)
-
-
-def _first_of_each_group_succeeds(trainer):
-    """Reward 1 for the first rollout of every group, which keeps its sampled tokens and the
-    engine's log-probs (the untrained model seldom succeeds in 12 tokens)."""
-    rollout = trainer.rt.rollout
-
-    def patched(tasks, step):
-        trajs, seen = rollout(tasks, step), set()
-        for traj in trajs:
-            if traj.group not in seen:
-                seen.add(traj.group)
-                traj.reward, traj.success = 1.0, True
-        return trajs
-
-    trainer.rt.rollout = patched
-
-
-@pytest.mark.slow
-@needs_vllm
-@pytest.mark.parametrize("method", ["lopd", "grpo", "sdft", "opsd", "sdpo", "skill-sd"])
-def test_each_method_trains_on_vllm_rollouts(tmp_path, engine, method):
-    from lopd.trainer import Trainer
-
-    trainer = Trainer(_train_config(tmp_path, method))
-    trainer.rt.engine = engine  # the module's engine: one engine build for every method
-    if method in ("grpo", "sdpo", "skill-sd"):  # these need a success in a group for a signal
-        _first_of_each_group_succeeds(trainer)
-    before = [p.detach().clone() for p in trainer.rt.student_parameters()]
-    loads = engine.weight_loads
-    (metrics,) = trainer.fit()
-    assert engine.weight_loads == loads + 1  # this run's student was loaded into the engine
-    trajs_logged = metrics["action_tokens"]
-    assert trajs_logged > 0
-    if metrics["signal_rows"]:  # rows with a gradient: the student moved, the gap was logged
-        assert any(not torch.equal(a, b) for a, b in zip(before, trainer.rt.student_parameters()))
-        assert abs(metrics["engine_gap"]) < 0.5 and metrics["engine_gap_abs"] < 0.5
-    engine.sync(trainer.rt.merged.sync())  # after the step the engine serves the new weights
-    assert engine.weight_loads == loads + 2
