@@ -15,13 +15,12 @@ Writes ``benchmarks/results/studies/gain_by_tier.{json,md}``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from benchmarks.learning import OUT as SWEEP
+from benchmarks.learning import RESULTS
 from lopd.envs.toolworld import load_tasks
 from lopd.evaluate import paired_gain
 
-RESULTS = Path("benchmarks/results")
-SWEEP = RESULTS / "learning"
 WARM = SWEEP / "warm-start-s0-w890b506a3967.json"
 RUNS = "grpo-lr5e-4-t0.7-tier1-g8*-w890b506a3967.json"
 SUBSETS = (("tier 1", lambda tier: tier == 1), ("tiers 1-2", lambda tier: tier <= 2),
@@ -76,7 +75,7 @@ def main() -> None:
     table = rows(warm, tiers)
     n = {name: table[0][name]["n"] for name, _ in SUBSETS}
     out = RESULTS / "studies"
-    (out / "gain_by_tier.json").write_text(json.dumps({"warm_start": str(WARM), "rows": table},
+    (out / "gain_by_tier.json").write_text(json.dumps({"warm_start": WARM.name, "rows": table},
                                                       indent=1) + "\n")
     text = (f"# GRPO's held-out gain by tier\n\n`python -m benchmarks.studies.gain_by_tier`: the "
             f"learning sweep's GRPO runs (LoRA lr 5e-4, temperature 0.7, tier-1 training tasks, "
