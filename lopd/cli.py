@@ -109,7 +109,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     check_demo(args)
     from lopd.demo import run_demo
 
-    run_demo(out_dir=args.out, quick=args.quick, method=args.method, steps=args.steps, dtype=args.dtype)
+    run_demo(out_dir=args.out, quick=args.quick, method=args.method, steps=args.steps, dtype=args.dtype,
+             seed=args.seed)
     return 0
 
 
@@ -164,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dtype", default="auto", choices=DTYPES,
                       help="model.dtype (default auto: bf16 autocast where the CPU has fast bf16, "
                            "else fp32; fp32 times the demo as a CPU without it runs)")
+    demo.add_argument("--seed", type=int, default=0,
+                      help="run.seed: the tasks each step draws and the sampling (default 0)")
     demo.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
     demo.set_defaults(func=_cmd_demo)
 

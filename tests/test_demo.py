@@ -35,7 +35,9 @@ def test_full_demo_setting_is_the_sweeps_learning_setting(tmp_path):
     assert (config.data.train_max_tier, config.optim.tasks_per_step, config.optim.group_size) == (1, 4, 8)
     assert config.rollout.train_max_steps == 3 and config.rollout.max_steps == 3
     assert config.rollout.max_new_tokens == 96 and config.rollout.eval_max_new_tokens == 64
-    assert config.data.eval_tasks >= 100
+    assert config.data.eval_suite == "toolworld-test-tier1" and config.data.eval_tasks >= 100
+    assert not config.optim.one_domain_batches  # the learner that gained on every seed
+    assert config.run.seed == 0 and demo_config(tmp_path, quick=False, seed=3).run.seed == 3
 
 
 def test_dtype_reaches_the_config_and_the_cli_offers_the_models_choices(tmp_path, capsys):

@@ -79,6 +79,26 @@ def test_filters_and_suites():
         load_tasks("valid")
 
 
+def test_tier1_test_split_is_held_out_tier1():
+    """``toolworld-test-tier1``: 200 tier-1 tasks from the test seeds, over the six training
+    domains, none of whose prompts a training task has (default mix or tier-1 mix); its ids do
+    not collide with the plain test split's."""
+    tasks = load_suite("toolworld-test-tier1")
+    assert len(tasks) == 200 and {t.metadata["tier"] for t in tasks} == {1}
+    assert {t.domain for t in tasks} == set(TRAIN_DOMAINS)
+    train = {t.prompt for t in load_tasks("train")} | {t.prompt for t in load_tasks("train", mix={1: 1.0})}
+    assert not any(t.prompt in train for t in tasks)
+    plain = load_tasks("test")
+    assert not {t.id for t in tasks} & {t.id for t in plain}
+    assert all(t.id.startswith("tw-test-tier1-") and t.split == "test-tier1" for t in tasks)
+    # the plain split's tier-1 tasks come from the same seeds, so they are (nearly all) here too
+    plain_tier1 = {(t.prompt, t.metadata["seed"]) for t in plain if t.metadata["tier"] == 1}
+    here = {(t.prompt, t.metadata["seed"]) for t in tasks}
+    assert len(plain_tier1 & here) >= 0.9 * len(plain_tier1)
+    env = make_env(tasks[0])
+    assert env.reset()
+
+
 @pytest.mark.parametrize("domain", sorted(DOMAINS))
 def test_reference_solutions_pass(domain):
     tasks = [t for s in ("train", "test", "transfer") for t in load_tasks(s) if t.domain == domain]

@@ -25,7 +25,7 @@ from lopd.envs.common import MAX_CALLS_PER_TURN
 from lopd.types import Env, Task
 
 SUITES = [
-    "toolworld-train", "toolworld-test", "toolworld-transfer", "toolworld-rules-train",
+    "toolworld-train", "toolworld-test", "toolworld-test-tier1", "toolworld-transfer", "toolworld-rules-train",
     "toolworld-rules-test", "toolworld-rules-transfer", "toolworld-rules-icl", "code-train",
     "humaneval",
     "bfcl-multi-turn", "bfcl-base", "bfcl-miss_func", "bfcl-miss_param", "bfcl-long_context",

@@ -36,7 +36,14 @@ def load_tasks(
     domains: Iterable[str] | None = None,
     mix: dict[int, float] | None = None,
 ) -> list[Task]:
-    """ToolWorld tasks of ``split``, optionally filtered by tier/domain, first ``n`` kept."""
+    """ToolWorld tasks of ``split``, optionally filtered by tier/domain, first ``n`` kept.
+    ``test-tier1`` is the test split generated with every task of tier 1 (ids
+    ``tw-test-tier1-*``)."""
+    if split == "test-tier1":
+        tasks = load_tasks("test", None, tiers, domains, {1: 1.0})
+        tasks = [replace(t, id=t.id.replace("tw-test-", "tw-test-tier1-", 1), split=split)
+                 for t in tasks]
+        return tasks[:n] if n is not None else tasks
     mix_items = tuple(sorted((mix or DEFAULT_MIX).items()))
     if split.startswith("rules-"):  # rules-train, rules-test, rules-transfer
         generated = generate_rules_split(split.removeprefix("rules-"), mix_items)

@@ -7,7 +7,9 @@ rounding) in a seeded shuffled order, and domains are interleaved, so any prefix
 representative sample. Test prompts that happen to equal a training prompt are skipped.
 
 Splits: ``train`` (400 per training domain), ``test`` (200 over the training domains),
-``transfer`` (120 tasks of the held-out ``smarthome`` domain, never in train or test); and
+``transfer`` (120 tasks of the held-out ``smarthome`` domain, never in train or test);
+``test-tier1`` (200 tier-1 tasks from the test seeds, none equal to a training prompt: a
+held-out set of the tier the demo trains on, of which ``test`` holds 80); and
 ``rules-train`` / ``rules-test`` / ``rules-transfer``, the same discipline for the business-rules
 tasks (``lopd.envs.toolworld.rules``).
 """
@@ -86,12 +88,22 @@ def _per_domain(total: int, domains: Sequence[str]) -> dict[str, int]:
     return {d: base + (i < extra) for i, d in enumerate(domains)}
 
 
+def _train_prompts(mix_items: tuple[tuple[int, float], ...]) -> set[str]:
+    """Training prompts a test split must avoid: those of the default training split and,
+    under another tier mix, of the training split with that mix too."""
+    default = tuple(sorted(DEFAULT_MIX.items()))
+    prompts = {t.prompt for t in _generate_split("train", default)}
+    if mix_items != default:
+        prompts |= {t.prompt for t in _generate_split("train", mix_items)}
+    return prompts
+
+
 @lru_cache(maxsize=16)
 def _generate_split(split: str, mix_items: tuple[tuple[int, float], ...]) -> tuple[Task, ...]:
     mix = dict(mix_items)
     domains = _split_domains(split)
     counts = _per_domain(SPLIT_SIZES[split], domains)
-    banned = {t.prompt for t in _generate_split("train", mix_items)} if split == "test" else set()
+    banned = _train_prompts(mix_items) if split == "test" else set()
     per_domain: dict[str, list[Task]] = {}
     for domain in domains:
         rng = random.Random(task_seed(split, domain, -1))
