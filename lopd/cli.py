@@ -197,9 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--top-p", type=float, default=1.0)
     ev.add_argument("--top-k", type=int, default=0, help="0 = off")
     ev.add_argument("--suite", default="toolworld-test",
-                    help="comma-separated: toolworld-test, toolworld-transfer, bfcl-multi-turn, "
-                         "humaneval, code-train, ..., a task file (tasks.jsonl) or a plugin "
-                         "(module:factory, file.py:factory[:ARG])")
+                    help="comma-separated: toolworld-test, toolworld-test-tier1, toolworld-transfer, "
+                         "bfcl-multi-turn, humaneval, code-train, ..., a task file (tasks.jsonl) "
+                         "or a plugin (module:factory, file.py:factory[:ARG])")
     ev.add_argument("--limit", type=int, default=0, help="tasks per suite (0 = all)")
     ev.add_argument("--out", default="runs/eval", help="where eval.json and eval.md go")
     ev.add_argument("--threads", type=int, default=2)

@@ -1,16 +1,16 @@
 """`lopd demo` (`make demo`): a short training run on the embedded SmolLM2-135M-Instruct with
 held-out ToolWorld success measured before and after it.
 
-warm start -> held-out eval (the 200 tasks of the tier-1 test split, greedy) -> training steps -> the same held-out eval ->
-a report (``report.md``: success before and after with standard errors and the paired gain;
+warm start -> held-out eval (the 200 tasks of the tier-1 test split, greedy) -> training steps
+-> the same held-out eval -> a report (``report.md``: success before and after with standard errors and the paired gain;
 ``reward_curve.png``: train reward per step with the two held-out points) in the run directory.
 
 The warm start is the adapter the learning sweep starts from, kept in the repository
 (``benchmarks/results/learning/warm-start-adapter``); outside a checkout, `lopd sft` builds one.
 The training setting is the one the sweep measured to learn (benchmarks/RESULTS.md): LoRA lr
 5e-4, sampling temperature 0.7, tier-1 training tasks (one tool call in the reference
-solution), 4 tasks x 8 rollouts per step, 3 turns per training episode. Sized for 15 minutes on
-a 2-core CPU with rollouts on vLLM (``rollout.backend=auto``; lopd's HF loop is slower and was
+solution), 4 tasks x 8 rollouts per step, 3 turns per training episode; each step's tasks from
+any domain (``ONE_DOMAIN_NOTE``). Sized for 15 minutes on a 2-core CPU with rollouts on vLLM (``rollout.backend=auto``; lopd's HF loop is slower and was
 timed at 8 steps only). ``--quick`` shrinks everything to a smoke test on the tiny random model.
 """
 
@@ -28,10 +28,11 @@ WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "l
 
 SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
 STEPS = 16
-"""Training steps of the full demo (512 rollouts), sized by timing it with rollouts on vLLM
-(benchmarks/results/demo: 13.3 min on 2 cores with native bf16, held-out +0.040 +- 0.051; the
-HF loop took 15.9 min for 8 steps in fp32 with AVX2 kernels). The learning sweep's gain (+0.075
-+- 0.023 on 200 held-out tasks, seed 0) took 24 steps: ``lopd demo --steps 24``."""
+"""Training steps of the full demo (512 rollouts): 8.4-10.8 min in all on 2 cores with native
+bf16 and rollouts on vLLM (benchmarks/results/demo). At this budget the demo's learner gained
++0.115 to +0.305 (3.9 to 9.3 SE) on the 200 held-out tier-1 tasks in 5 of 6 runs and lost
+-0.125 +- 0.033 in one, whose student learnt to cancel the flights it booked; vLLM's CPU
+sampler does not repeat across processes, so each demo is a fresh draw."""
 EVAL_SUITE = "toolworld-test-tier1"
 """The demo's held-out tasks: the 200 of the tier-1 test split, the tier the demo trains on
 (one tool call in the reference solution), none equal to a training prompt. GRPO's gain at
