@@ -79,9 +79,10 @@ def run(args: argparse.Namespace) -> None:
         eval_s += time.time() - t0
         gain, se, _ = paired_gain(result["per_task"], warm["per_task"])
         changed = sum(result["per_task"][t] != warm["per_task"][t] for t in warm["per_task"])
-        print(f"step {stop} ({stop * config.optim.tasks_per_step * config.optim.group_size} rollouts): "
+        rollouts = stop * config.optim.tasks_per_step * config.optim.group_size
+        print(f"step {stop} ({rollouts} rollouts): "
               f"success {result['success']:.3f}, paired gain {gain:+.3f} +- {se:.3f} ({changed} changed)")
-        points.append({"steps": stop, "rollouts": stop * config.optim.tasks_per_step * config.optim.group_size,
+        points.append({"steps": stop, "rollouts": rollouts,
                        "success": result["success"], "gain": gain, "gain_se": se, "changed": changed,
                        "per_task": result["per_task"]})
     path.write_text(json.dumps({
