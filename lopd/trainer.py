@@ -91,12 +91,9 @@ class Trainer:
         """The step's tasks from the (seed, step) stream; under data parallelism, this
         process's slice of them. With ``optim.one_domain_batches`` they all come from one
         domain, drawn from the same stream."""
-        rng = random.Random(self.config.run.seed * 1_000_003 + step)
-        pool = self.rt.train_tasks
-        if self.config.optim.one_domain_batches:  # one domain per step, drawn from the stream
-            domain = rng.choice(sorted({task.domain for task in pool}))
-            pool = [task for task in pool if task.domain == domain]
-        tasks = rng.sample(pool, min(self.config.optim.tasks_per_step, len(pool)))
+        optim = self.config.optim
+        tasks = step_tasks(self.rt.train_tasks, self.config.run.seed, step, optim.tasks_per_step,
+                           optim.one_domain_batches)
         return distributed.shard(tasks)
 
     def train_step(self, step: int) -> dict:
@@ -301,6 +298,17 @@ def signal_rows(active: torch.Tensor, advantages: torch.Tensor | None) -> list[i
     if advantages is not None:
         keep = keep & (advantages.detach().cpu() != 0)
     return keep.nonzero().squeeze(-1).tolist()
+
+
+def step_tasks(pool: list, seed: int, step: int, tasks_per_step: int, one_domain: bool) -> list:
+    """The tasks of training step ``step``: a sample from the (seed, step) stream, all from one
+    domain (itself drawn from the stream) when ``one_domain``. Pure, so studies can list a run's
+    task stream without building a trainer."""
+    rng = random.Random(seed * 1_000_003 + step)
+    if one_domain:
+        domain = rng.choice(sorted({task.domain for task in pool}))
+        pool = [task for task in pool if task.domain == domain]
+    return rng.sample(pool, min(tasks_per_step, len(pool)))
 
 
 def grpo_advantages(trajs: list[Trajectory]) -> torch.Tensor:

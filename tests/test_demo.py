@@ -29,9 +29,10 @@ def test_quick_lopd_demo_seeds_bank_and_cold_starts(tmp_path):
     assert (tmp_path / "lopd" / "coldstart.json").is_file()
 
 
-def test_full_demo_setting_is_the_sweeps_learning_setting(tmp_path):
+def test_full_demo_setting_is_the_sweeps_learning_setting_at_half_its_lr(tmp_path):
     config = demo_config(tmp_path, quick=False)
-    assert (config.method.name, config.optim.student_lr, config.rollout.temperature) == ("grpo", 5e-4, 0.7)
+    assert (config.method.name, config.optim.student_lr, config.rollout.temperature) == ("grpo", 2.5e-4, 0.7)
+    assert config.optim.steps == 8 and config.run.checkpoint_every == 8  # 256 rollouts
     assert (config.data.train_max_tier, config.optim.tasks_per_step, config.optim.group_size) == (1, 4, 8)
     assert config.rollout.train_max_steps == 3 and config.rollout.max_steps == 3
     assert config.rollout.max_new_tokens == 96 and config.rollout.eval_max_new_tokens == 64

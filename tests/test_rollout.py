@@ -92,3 +92,20 @@ def test_one_domain_batches_are_deterministic_and_come_from_one_domain():
     assert any(len({t.domain for t in b}) > 1 for b in mixed)  # off: tasks mix domains
     config.run.seed = 1
     assert [Trainer.sample_tasks(owner, step) for step in range(8)] != batches
+
+
+def test_step_tasks_is_the_trainers_stream():
+    from types import SimpleNamespace
+
+    from lopd.config import Config
+    from lopd.trainer import Trainer, step_tasks
+
+    pool = [Task(f"{d}{i}", "train", d, "p") for d in ("a", "b", "c") for i in range(6)]
+    config = Config()
+    config.run.seed = 3
+    owner = SimpleNamespace(config=config, rt=SimpleNamespace(train_tasks=pool))
+    for one_domain in (False, True):
+        config.optim.one_domain_batches = one_domain
+        assert [step_tasks(pool, 3, s, config.optim.tasks_per_step, one_domain) for s in range(5)] == \
+            [Trainer.sample_tasks(owner, s) for s in range(5)]
+    assert len(step_tasks(pool, 0, 0, 40, False)) == len(pool)  # capped at the pool

@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> None:
                        "per_task": result["per_task"]})
     path.write_text(json.dumps({
         "name": args.name, "seed": args.seed, "overrides": args.set, "suite": SUITE,
+        "student_lr": config.optim.student_lr, "tasks_per_step": config.optim.tasks_per_step,
         "eval_tasks": args.eval_tasks, "warm_start": warm_path.name, "warm_start_success": warm["success"], "points": points,
         "timing": {"train_s": round(train_s, 1), "eval_s": round(eval_s, 1),
                    "wall_s": round(time.time() - started, 1)},
@@ -96,24 +97,80 @@ def run(args: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
+FORMER_DEMO_LR = 5e-4
+"""The demo's LoRA lr when the runs without a recorded ``student_lr`` were made."""
+
+
+def _domain(task_id: str) -> str:
+    return task_id.split("-")[3]  # tw-test-tier1-<domain>-<index>
+
+
+def domain_row(label: str, per_task: dict) -> str:
+    """Held-out successes per domain, e.g. ``| travel 26/33 | ...``."""
+    wins: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for task_id, ok in per_task.items():
+        domain = _domain(task_id)
+        wins[domain] = wins.get(domain, 0) + int(ok)
+        total[domain] = total.get(domain, 0) + 1
+    return f"| {label} | " + " | ".join(f"{wins[d]}/{total[d]}" for d in sorted(total)) + " |"
+
+
+def travel_stream(runs: list[dict]) -> list[str]:
+    """Which training steps of each (seed, tasks per step) drew travel tasks, by kind: the
+    held-out travel tasks are all bookings, while 91 of the 160 tier-1 travel training tasks
+    cancel a booking (every cancel prompt is a training prompt, so none can be held out)."""
+    from lopd.envs import task_pool
+    from lopd.trainer import step_tasks
+
+    pool = task_pool("toolworld-train", max_tier=1)
+    lines = ["Travel tasks in each run's training stream (step indices from 0; "
+             "`lopd.trainer.step_tasks`):", "",
+             "| seed | tasks per step | steps with a cancel_booking task | steps with a book_flight task |",
+             "|---|---|---|---|"]
+    for seed, tasks in sorted({(r["seed"], r.get("tasks_per_step", 4)) for r in runs}):
+        steps = max(p["steps"] for r in runs for p in r["points"]
+                    if (r["seed"], r.get("tasks_per_step", 4)) == (seed, tasks))
+        kinds = {"cancel_booking": [], "book_flight": []}
+        for step in range(steps):
+            for task in step_tasks(pool, seed, step, tasks, one_domain=False):
+                for kind, found in kinds.items():
+                    if task.domain == "travel" and f'"{kind}"' in task.reference and step not in found:
+                        found.append(step)
+        lines.append(f"| {seed} | {tasks} | {kinds['cancel_booking']} | {kinds['book_flight']} |")
+    return lines
+
+
 def report(_: argparse.Namespace) -> None:
     runs = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-s*.json"))
             if not p.name.startswith("warm-start")]
     lines = ["# The demo's learner over seeds", "",
              ("`python -m benchmarks.studies.demo_seeds` (module docstring): the demo's GRPO "
-              "setting (16 steps of 4 tier-1 tasks x 8 rollouts, LoRA lr 5e-4, temperature 0.7) "
+              "setting (tier-1 tasks x 8 rollouts a step, temperature 0.7, 3 training turns) "
               "from the committed warm start, held-out greedy success on the tier-1 test split "
               f"(`{SUITE}`, 3 turns x 64 tokens), paired against the warm start evaluated with "
-              "the same numerics on the same tasks. `train s` covers every step a run took "
-              "(24 for mixed seed 0, else 16); each run's JSON holds its per-task results."), "",
-             "| setting | seed | warm start | rollouts | success | paired gain +- SE (changed) | gain / SE |",
-             "|---|---|---|---|---|---|---|"]
+              "the same numerics on the same tasks. `lr` is the LoRA learning rate and `tasks` "
+              "the tasks per step; each run's JSON holds its per-task results."), "",
+             "| setting | lr | tasks | seed | warm start | rollouts | success | paired gain +- SE (changed) | gain / SE |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
+        lr, tasks = r.get("student_lr", FORMER_DEMO_LR), r.get("tasks_per_step", 4)
         for p in r["points"]:
             ratio = p["gain"] / p["gain_se"] if p["gain_se"] else float("nan")
-            lines.append(f"| {r['name']} (`{' '.join(r['overrides']) or 'demo defaults'}`) | {r['seed']} | "
-                         f"{r['warm_start_success']:.3f} | {p['rollouts']} | {p['success']:.3f} | "
-                         f"{p['gain']:+.3f} +- {p['gain_se']:.3f} ({p['changed']}) | {ratio:.1f} |")
+            lines.append(f"| {r['name']} (`{' '.join(r['overrides']) or 'demo defaults'}`) | {lr:g} | "
+                         f"{tasks} | {r['seed']} | {r['warm_start_success']:.3f} | {p['rollouts']} | "
+                         f"{p['success']:.3f} | {p['gain']:+.3f} +- {p['gain_se']:.3f} ({p['changed']}) | "
+                         f"{ratio:.1f} |")
+    warm_files = sorted({r["warm_start"] for r in runs})
+    warms = {name: json.loads((OUT / name).read_text())["per_task"] for name in warm_files}
+    domains = sorted({_domain(t) for per_task in warms.values() for t in per_task})
+    lines += ["", "Held-out successes by domain (each warm start, then each run after each point):", "",
+              "| run @ steps | " + " | ".join(domains) + " |", "|---" * (len(domains) + 1) + "|"]
+    lines += [domain_row(f"warm start ({name.removesuffix('.json')})", per_task)
+              for name, per_task in warms.items()]
+    lines += [domain_row(f"{r['name']} s{r['seed']} @ {p['steps']}", p["per_task"])
+              for r in runs for p in r["points"]]
+    lines += ["", *travel_stream(runs)]
     lines += ["", "| setting | seed | train s | eval s | peak RSS MB | CPU |", "|---|---|---|---|---|---|"]
     for r in runs:
         t = r["timing"]
