@@ -118,6 +118,10 @@ class MethodConfig:
     """Mixing coefficient of the generalised JSD (SDFT, OPSD, SDPO)."""
     clip_eps: float = 0.2
     """GRPO ratio clip."""
+    advantage_std: bool = True
+    """GRPO: divide each group's mean-centred rewards by the group's std (DeepSeekMath, TRL's
+    default); false keeps them mean-centred only (Dr. GRPO; TRL ``scale_rewards="none"``), so a
+    group with one success in eight no longer weighs that success about 2.5x."""
     experience_chars: int = 600
     """Experience text is cut to this many characters before encoding or text injection
     (condensed traces; `encoder_input=full` is cut by `encoder_max_tokens` instead)."""

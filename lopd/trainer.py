@@ -134,7 +134,8 @@ class Trainer:
         leaf = None
         if context is not None and context.task_latent is not None:
             leaf = context.task_latent.detach().requires_grad_(rt.composer_opt is not None)
-        advantages = grpo_advantages(trajs).to(device) if method == "grpo" else None
+        advantages = (grpo_advantages(trajs, self.config.method.advantage_std).to(device)
+                      if method == "grpo" else None)
         with rt.checkpointing():
             total = self._accumulate(trajs, context, leaf, active, advantages, timings)
             with rt.whole(self.composer_backbone()):
@@ -311,10 +312,10 @@ def step_tasks(pool: list, seed: int, step: int, tasks_per_step: int, one_domain
     return rng.sample(pool, min(tasks_per_step, len(pool)))
 
 
-def grpo_advantages(trajs: list[Trajectory]) -> torch.Tensor:
-    """(B,) group-normalised advantages of the step's rollouts."""
+def grpo_advantages(trajs: list[Trajectory], normalize_std: bool = True) -> torch.Tensor:
+    """(B,) group-relative advantages of the step's rollouts (``method.advantage_std``)."""
     return losses.group_advantages(torch.tensor([t.reward for t in trajs]),
-                                   torch.tensor([t.group for t in trajs]))
+                                   torch.tensor([t.group for t in trajs]), normalize_std)
 
 
 def micro_batches(trajs: list[Trajectory], active: torch.Tensor, advantages: torch.Tensor | None,

@@ -71,3 +71,20 @@ def test_grpo_padding_with_neg_inf_logp_is_safe():
     loss = L.grpo_loss(logp_new, logp_old, torch.tensor([1.0]), torch.tensor([[1, 0]]))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp_new.grad).all()
+
+
+def test_trainer_advantages_follow_the_advantage_std_switch():
+    from lopd.config import Config, apply, parse_overrides
+    from lopd.trainer import grpo_advantages
+    from lopd.types import Task, Trajectory
+
+    task = Task("t", "train", "d", "p")
+    trajs = [Trajectory(task, [1], [1], [(0, 1)], 0, [], group=g, reward=r)
+             for g, r in ((0, 1.0), (0, 0.0), (0, 0.0), (0, 0.0), (1, 0.5), (1, 0.5))]
+    # group 0: mean 0.25, sample std 0.5 -> (0.75, -0.25, -0.25, -0.25) / 0.5; group 1 ties at 0
+    torch.testing.assert_close(grpo_advantages(trajs),
+                               torch.tensor([1.5, -0.5, -0.5, -0.5, 0.0, 0.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(grpo_advantages(trajs, normalize_std=False),
+                               torch.tensor([0.75, -0.25, -0.25, -0.25, 0.0, 0.0]))
+    config = apply(Config(), parse_overrides(["method.advantage_std=false"]))
+    assert config.method.advantage_std is False

@@ -124,8 +124,8 @@ def travel_stream(runs: list[dict]) -> list[str]:
     from lopd.trainer import step_tasks
 
     pool = task_pool("toolworld-train", max_tier=1)
-    lines = ["Travel tasks in each run's training stream (step indices from 0; "
-             "`lopd.trainer.step_tasks`):", "",
+    lines = [("Travel tasks in each run's training stream (step indices from 0; "
+              "`lopd.trainer.step_tasks`):"), "",
              "| seed | tasks per step | steps with a cancel_booking task | steps with a book_flight task |",
              "|---|---|---|---|"]
     for seed, tasks in sorted({(r["seed"], r.get("tasks_per_step", 4)) for r in runs}):
@@ -185,7 +185,7 @@ def main() -> None:
     p.add_argument("command", choices=["run", "report"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="demo")
-    p.add_argument("--eval-at", default="16,24", help="steps after which to evaluate")
+    p.add_argument("--eval-at", default="8,16", help="steps after which to evaluate")
     p.add_argument("--eval-tasks", type=int, default=200)
     p.add_argument("--set", action="append", default=[], metavar="section.field=value")
     args = p.parse_args()
