@@ -47,6 +47,11 @@ class RolloutConfig:
     stops, so a failed episode that rambles to the budget sets the evaluation's length."""
     max_context_tokens: int = 2048
     """An episode whose conversation would exceed this is stopped (reward 0, truncated)."""
+    score_truncated: bool = True
+    """Training rollouts: an episode the environment ends at its turn cap while the agent is
+    still calling (``info["truncated"]``) keeps the score of its final state; false scores it 0,
+    so that only an agent that says it is done is rewarded (the turn analogue of DAPO's
+    overlong punishment). Held-out evaluation always scores the final state."""
     temperature: float = 1.0
     """0 = greedy decoding (evaluation); > 0 samples (training)."""
     top_p: float = 1.0
@@ -153,8 +158,9 @@ def _apply_turn(episode: _Episode, sampled: list[int], renderer: ChatRenderer, c
     episode.errors = int(result.info.get("errors", episode.errors))
     if result.done:
         episode.done = True
-        episode.reward = float(result.reward)
-        episode.success = bool(result.info.get("success", result.reward >= 1.0))
+        scored = config.score_truncated or not result.info.get("truncated", False)
+        episode.reward = float(result.reward) if scored else 0.0
+        episode.success = scored and bool(result.info.get("success", result.reward >= 1.0))
         return
     for message in result.observation:
         episode.messages.append(message)

@@ -109,3 +109,24 @@ def test_step_tasks_is_the_trainers_stream():
         assert [step_tasks(pool, 3, s, config.optim.tasks_per_step, one_domain) for s in range(5)] == \
             [Trainer.sample_tasks(owner, s) for s in range(5)]
     assert len(step_tasks(pool, 0, 0, 40, False)) == len(pool)  # capped at the pool
+
+
+class CappedEnv(CountingEnv):
+    """Ends at its own turn cap with a passing final state, the agent still calling."""
+
+    def step(self, text):
+        self.calls += 1
+        if self.calls >= self.turns:
+            return StepResult([], 1.0, True, {"success": True, "truncated": True})
+        return StepResult([{"role": "tool", "content": "ok"}], 0.0, False, {})
+
+
+def test_score_truncated_off_scores_an_episode_cut_by_the_cap_zero(tiny):
+    task = Task("capped", "test", "count", "count", metadata={"turns": 2})
+    _, (kept,) = _run(tiny, [CappedEnv(task)])
+    assert (kept.reward, kept.success) == (1.0, True)  # the default: the final state's score
+    _, (zeroed,) = _run(tiny, [CappedEnv(task)], score_truncated=False)
+    assert (zeroed.reward, zeroed.success) == (0.0, False)
+    _, (ended,) = _run(tiny, [CountingEnv(Task("e", "test", "count", "c", metadata={"turns": 2}))],
+                       score_truncated=False)
+    assert ended.reward == 0.5  # an episode the agent ended keeps its score
