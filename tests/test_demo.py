@@ -38,6 +38,7 @@ def test_full_demo_setting_is_the_sweeps_learning_setting_at_half_its_lr(tmp_pat
     assert config.rollout.max_new_tokens == 96 and config.rollout.eval_max_new_tokens == 64
     assert config.data.eval_suite == "toolworld-test-tier1" and config.data.eval_tasks >= 100
     assert not config.optim.one_domain_batches  # the learner that gained on every seed
+    assert not config.rollout.score_truncated  # an episode cut by the turn cap scores 0
     assert config.run.seed == 0 and demo_config(tmp_path, quick=False, seed=3).run.seed == 3
 
 
