@@ -401,7 +401,7 @@ def _summaries_of(names: set[str], seeds: str | None) -> list[Path]:
             and (wanted_seeds is None or data["seed"] in wanted_seeds)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["run", "curve", "suites", "report", "list"],
                    help="run: train + evaluate; curve: evaluate finished runs' kept checkpoints; "
@@ -440,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="override for every run (repeatable; changes the runs' identity)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                    help="each run in a fresh Python process (clean peak memory)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.rules:
         use_rules_suites()
@@ -450,23 +455,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         print(write_report())
         return 0
-    if args.command == "curve":
-        wanted = set(args.variants.split(","))
-        at = {int(step) for step in args.at.split(",") if step}
-        for path in _summaries_of(wanted, args.seeds):
-            print(f"[learning] {path.stem}: {curve_points(path, max(1, 2 // args.parallel), args.eval_batch, at)} new points")
-            with _lock:
-                write_report()
+    if args.command in ("curve", "suites"):
+        _evaluate_finished(args)
         return 0
-    if args.command == "suites":
-        wanted = set(args.variants.split(","))
-        suites = (args.suites or ",".join(SUITES)).split(",")
-        for path in _summaries_of(wanted, args.seeds):
-            print(f"[learning] {path.stem}: {suite_points(path, suites, max(1, 2 // args.parallel), args.eval_batch)} "
-                  "new suites")
-            with _lock:
-                write_report()
-        return 0
+    return _run(p, args, argv)
+
+
+def _evaluate_finished(args) -> None:
+    """`curve` and `suites`: new evaluation points of the finished runs, the report after each."""
+    threads = max(1, 2 // args.parallel)
+    at = {int(step) for step in args.at.split(",") if step}
+    suites = (args.suites or ",".join(SUITES)).split(",")
+    for path in _summaries_of(set(args.variants.split(",")), args.seeds):
+        if args.command == "curve":
+            added = f"{curve_points(path, threads, args.eval_batch, at)} new points"
+        else:
+            added = f"{suite_points(path, suites, threads, args.eval_batch)} new suites"
+        print(f"[learning] {path.stem}: {added}")
+        with _lock:
+            write_report()
+
+
+def _run(p: argparse.ArgumentParser, args, argv: list[str] | None) -> int:
+    """`run`: the warm start's evaluation, then every variant x seed, then the report."""
     threads = max(1, 2 // args.parallel)
     names = [WARM, *(n for n in args.variants.split(",") if n)]  # "": the warm start only
     unknown = [n for n in names[1:] if n not in VARIANTS]

@@ -147,21 +147,29 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `lopd` parser: one sub-command per task, each added by its own function below."""
     parser = _Parser(
         prog="lopd", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Latent On-Policy Self-Distillation for LLM agents, with GRPO, SDFT, OPSD, "
                     "SDPO and Skill-SD in the same loop.")
     parser.add_argument("--version", action="version", version=f"lopd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_demo, _add_train, _add_eval, _add_bank, _add_inspect, _add_sft,
+                _add_export, _add_info):
+        add(sub)
+    return parser
 
+
+def _add_demo(sub) -> None:
+    """`lopd demo`."""
     demo = sub.add_parser("demo", help="warm start -> held-out eval -> training -> held-out eval -> report")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--method", default="grpo",
                       help="training method, as method.name (default: grpo, the setting measured "
                            "to learn at this budget; lopd adds the bank seeding and the cold start)")
     demo.add_argument("--steps", type=int, default=0,
-                      help="training steps of 32 rollouts (default 16, about 13 min on 2 cores "
-                           "with rollouts on vLLM; the sweep's GRPO gain needs about 24)")
+                      help="training steps of 32 rollouts (default 8: with rollouts on vLLM "
+                           "the whole demo takes about 4.5 min on 2 cores)")
     demo.add_argument("--dtype", default="auto", choices=DTYPES,
                       help="model.dtype (default auto: bf16 autocast where the CPU has fast bf16, "
                            "else fp32; fp32 times the demo as a CPU without it runs)")
@@ -170,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
     demo.set_defaults(func=_cmd_demo)
 
+
+def _add_train(sub) -> None:
+    """`lopd train`."""
     train = sub.add_parser("train", help="train with LOPD or a baseline",
                            description="Train a student. Overrides: section.field=value "
                                        "(see --help-config).")
@@ -181,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", metavar="section.field=value")
     train.set_defaults(func=_cmd_train)
 
+
+def _add_eval(sub) -> None:
+    """`lopd eval`."""
     ev = sub.add_parser("eval", help="evaluate a model on task suites (JSON + markdown report)")
     ev.add_argument("--model", default="smollm2-135m", help="model name or HF directory")
     ev.add_argument("--adapter", default="", help="PEFT adapter directory of a trained student")
@@ -214,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="who decodes: vllm where installed (auto), or lopd's own loop (hf)")
     ev.set_defaults(func=_cmd_eval)
 
+
+def _add_bank(sub) -> None:
+    """`lopd bank`."""
     bank = sub.add_parser("bank", help="look into a run's experience bank")
     bank.add_argument("action", choices=["stats", "query", "export"])
     bank.add_argument("--run", required=True, help="run directory")
@@ -222,12 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     bank.add_argument("--out", help="export path (default RUN/bank.jsonl)")
     bank.set_defaults(func=_cmd_bank)
 
+
+def _add_inspect(sub) -> None:
+    """`lopd inspect`."""
     ins = sub.add_parser("inspect", help="what the composer reads and how the teacher reacts")
     ins.add_argument("--run", required=True, help="run directory")
     ins.add_argument("--task", required=True, help="task id")
     ins.add_argument("--out", default="", help="output directory (default RUN/inspect/TASK)")
     ins.set_defaults(func=_cmd_inspect)
 
+
+def _add_sft(sub) -> None:
+    """`lopd sft`."""
     sft = sub.add_parser("sft", help="supervised warm start on reference trajectories")
     sft.add_argument("--model", default="smollm2-135m")
     sft.add_argument("--suite", default="toolworld-train",
@@ -253,16 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="J: successes shown per experience row (method.num_experiences)")
     sft.set_defaults(func=_cmd_sft)
 
+
+def _add_export(sub) -> None:
+    """`lopd export`."""
     export = sub.add_parser("export", help="write the trained student as an HF/PEFT directory")
     export.add_argument("--run", required=True, help="run directory")
     export.add_argument("--out", required=True, help="output directory")
     export.add_argument("--merge", action="store_true", help="merge LoRA into a full HF model")
     export.set_defaults(func=_cmd_export)
 
+
+def _add_info(sub) -> None:
+    """`lopd info`."""
     info = sub.add_parser("info", help="versions, threads, dtype support, cache, bundled assets")
     info.set_defaults(func=_cmd_info)
-    return parser
-
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*\.[\w.-]+=")
 

@@ -31,10 +31,11 @@ WARM_START = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "l
 SFT_STEPS = {True: 2, False: 30}  # 16 steps left held-out success at 0/8, 30 steps gave 0.25
 STEPS = 8
 """Training steps of the full demo (256 rollouts) at ``STUDENT_LR``: on the 200 held-out tier-1
-tasks this learner gained +0.175 to +0.275 (5.6 to 7.9 SE) over seeds 0-2, where 16 steps
-(512 rollouts) gained +0.120 to +0.290 and lost a domain in a third of the runs
-(benchmarks/results/studies/demo_seeds.md). vLLM's CPU sampler does not repeat across
-processes, so each demo is a fresh draw of the training noise."""
+tasks this learner, with the turn cap scored 0 (``CAP_NOTE``), gained +0.135 to +0.260 (3.8 to
+7.6 SE) over seeds 0-5, where 16 steps (512 rollouts, cap unscored) gained +0.120 to +0.290
+and lost a domain in a third of the runs (benchmarks/results/studies/demo_seeds.md). vLLM's
+CPU sampler does not repeat across processes, so each demo is a fresh draw of the training
+noise."""
 STUDENT_LR = 2.5e-4
 """LoRA learning rate of the demo, half the learning sweep's 5e-4: at 8 steps the sweep's rate
 gained +0.135 to +0.180 over the same seeds, and at 16 steps one `make demo` at 5e-4 lost

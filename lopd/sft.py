@@ -70,34 +70,23 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     from rich.progress import Progress
 
     from lopd.chat import ChatRenderer
-    from lopd.envs import load_suite
     from lopd.models import (
         LoraSpec,
         add_adapter,
-        autocast_context,
         load_model,
         model_device,
         setup_runtime,
     )
     from lopd.prefix import sharing_pays_off
-    from lopd.reference import reference_trajectory
 
     setup_runtime(threads=threads, seed=seed)
     base, tokenizer = load_model(model, dtype="fp32", device=device)
     student = add_adapter(base, "default", LoraSpec(r=lora_r, alpha=2 * lora_r))
     renderer = ChatRenderer(tokenizer)
-    tasks = [t for t in load_suite(suite, n=n_tasks) if t.reference]
-    if not tasks:
-        raise ValueError(f"lopd sft needs reference solutions, and no task of suite {suite!r} "
-                         "has one; add 'reference' to the tasks (see lopd.envs.taskfile)")
-    data = [reference_trajectory(t, renderer) for t in tasks]
-    data = [t for t in data if t.success]
-    if not data:
-        raise ValueError(f"lopd sft: none of the {len(tasks)} reference solutions of suite "
-                         f"{suite!r} succeeds when replayed (e.g. task {tasks[0].id!r}); check "
-                         "the references against the tasks' checks")
+    data = reference_data(suite, n_tasks, renderer)
     pool = None
     if experience_suite:
+        from lopd.envs import load_suite
         from lopd.sft_experience import build_pool, draw_rows, experience_backward
 
         pool = build_pool(load_suite(experience_suite, n=n_tasks_experience(n_tasks)), renderer,
@@ -125,10 +114,7 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
             else:
                 source = data if mixed_batches else by_domain[rng.choice(domains)]
                 chunk = rng.sample(source, min(batch_size, len(source)))
-                with autocast_context(dtype, model_device(student)):
-                    loss = sft_loss(student, chunk, tokenizer.pad_token_id, share)
-                loss.backward()
-                loss = float(loss.detach())
+                loss = _plain_backward(student, chunk, tokenizer.pad_token_id, dtype, share)
                 kinds.append("plain")
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
@@ -149,6 +135,34 @@ def run_sft(model: str = "smollm2-135m", suite: str = "toolworld-train", out_dir
     (out / "sft.json").write_text(json.dumps(report, indent=2))
     print(f"sft: loss {losses[0]:.3f} -> {losses[-1]:.3f}; adapter in {out / 'adapter'}")
     return out / "adapter"
+
+
+def reference_data(suite: str, n_tasks: int, renderer) -> list:
+    """The replayed reference trajectories of up to ``n_tasks`` tasks of ``suite`` that succeed;
+    a clear error where the suite has no reference or none of them passes its checks."""
+    from lopd.envs import load_suite
+    from lopd.reference import reference_trajectory
+
+    tasks = [t for t in load_suite(suite, n=n_tasks) if t.reference]
+    if not tasks:
+        raise ValueError(f"lopd sft needs reference solutions, and no task of suite {suite!r} "
+                         "has one; add 'reference' to the tasks (see lopd.envs.taskfile)")
+    data = [t for t in (reference_trajectory(t, renderer) for t in tasks) if t.success]
+    if not data:
+        raise ValueError(f"lopd sft: none of the {len(tasks)} reference solutions of suite "
+                         f"{suite!r} succeeds when replayed (e.g. task {tasks[0].id!r}); check "
+                         "the references against the tasks' checks")
+    return data
+
+
+def _plain_backward(student, chunk, pad_id: int, dtype: str, share: bool) -> float:
+    """Back-propagate the SFT loss of one batch of reference trajectories; its value."""
+    from lopd.models import autocast_context, model_device
+
+    with autocast_context(dtype, model_device(student)):
+        loss = sft_loss(student, chunk, pad_id, share)
+    loss.backward()
+    return float(loss.detach())
 
 
 def _experience_step(step: int, share: float) -> bool:
