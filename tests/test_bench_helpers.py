@@ -2,6 +2,7 @@
 teacher-margin summary and the held-out fragility probe (hand-worked values), so their reports
 cannot silently misread input."""
 
+import json
 import math
 
 import pytest
@@ -145,3 +146,44 @@ def test_rules_probe_pairs_each_context_with_its_control_per_task():
     assert out["same-rule - other-org/gated"][:1] == [pytest.approx(-0.3)]
     assert out["same-rule - other-org/gated"][2] == 1
     assert "rule-text - other-rule-text/rule_tokens" not in out
+
+
+def test_demo_on_headline_pairs_runs_with_the_warm_start_by_tier(tmp_path, monkeypatch):
+    from benchmarks.studies import demo_on_headline as study
+    from lopd.envs import load_suite
+
+    monkeypatch.setattr(study, "OUT", tmp_path / "demo_on_headline")
+    study.OUT.mkdir()
+    tasks = load_suite(study.SUITE)
+    ids = [t.id for t in tasks]
+    tier1 = [t.id for t in tasks if t.metadata["tier"] == 1]
+    warm = {t: 0.0 for t in ids}
+    first = {t: float(t in tier1[:10]) for t in ids}
+    second = {t: float(t in tier1[:20]) for t in ids}
+
+    def record(name, per_task):
+        (study.OUT / f"{name}.json").write_text(json.dumps(
+            {"name": name, "run": f"runs/{name}", "success": sum(per_task.values()) / len(ids),
+             "per_task": per_task, "seconds": 1.0, "backend": "hf", "cpu": "test cpu"}))
+
+    record(study.WARM, warm)
+    record("a", first)
+    record("b", second)
+    text = study.report()
+    assert f"| a (`runs/a`) | {10 / len(ids):.3f} |" in text
+    assert "| pooled (2 runs)" in text and f"**{15 / len(ids):+.3f}" in text
+    tier_row = next(line for line in text.splitlines() if line.startswith("| tier 1 |"))
+    assert "0 -> 10" in tier_row and "0 -> 20" in tier_row and "0 -> 15" in tier_row
+    assert next(line for line in text.splitlines() if line.startswith("| tier 2 |")).count("0 -> 0") == 3
+
+
+def test_demo_on_headline_refuses_an_evaluation_with_other_settings():
+    from benchmarks.studies.demo_on_headline import WARM_ADAPTER, _check_settings
+
+    meta = {"suites": ["toolworld-test"], "max_steps": 6, "max_new_tokens": 96,
+            "temperature": 0.0, "samples": 1, "limit": 0, "run": "", "init_adapter": WARM_ADAPTER}
+    _check_settings(meta, None)
+    with pytest.raises(SystemExit, match="max_steps"):
+        _check_settings({**meta, "max_steps": 3}, None)
+    with pytest.raises(SystemExit, match="run"):
+        _check_settings(meta, "runs/demo/grpo")
