@@ -164,14 +164,15 @@ def test_demo_on_headline_pairs_runs_with_the_warm_start_by_tier(tmp_path, monke
     def record(name, per_task):
         (study.OUT / f"{name}.json").write_text(json.dumps(
             {"name": name, "run": f"runs/{name}", "success": sum(per_task.values()) / len(ids),
+             "method": "warm start" if name == study.WARM else "grpo",
              "per_task": per_task, "seconds": 1.0, "backend": "hf", "cpu": "test cpu"}))
 
     record(study.WARM, warm)
     record("a", first)
     record("b", second)
     text = study.report()
-    assert f"| a (`runs/a`) | {10 / len(ids):.3f} |" in text
-    assert "| pooled (2 runs)" in text and f"**{15 / len(ids):+.3f}" in text
+    assert f"| a (grpo, `runs/a`) | {10 / len(ids):.3f} |" in text
+    assert "| grpo, pooled (2 runs)" in text and f"**{15 / len(ids):+.3f}" in text
     tier_row = next(line for line in text.splitlines() if line.startswith("| tier 1 |"))
     assert "0 -> 10" in tier_row and "0 -> 20" in tier_row and "0 -> 15" in tier_row
     assert next(line for line in text.splitlines() if line.startswith("| tier 2 |")).count("0 -> 0") == 3

@@ -50,13 +50,23 @@ def evaluate(run_dir: str | None, name: str, from_eval: str | None = None) -> di
             subprocess.run([*command, "--out", tmp], check=True, cwd=REPO)
             result = json.loads((Path(tmp) / "eval.json").read_text())
     summary = result["results"][SUITE]
-    record = {"name": name, "run": run_dir or WARM_ADAPTER, "success": summary["success"],
+    record = {"name": name, "run": run_dir or WARM_ADAPTER, "method": _method(run_dir),
+              "success": summary["success"],
               "per_task": summary["per_task"], "seconds": result["meta"]["seconds"],
               "backend": result["meta"]["backend"], "cpu": cpu_line(),
               "command": " ".join(command[1:])}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(json.dumps(record, indent=2))
     return record
+
+
+def _method(run_dir: str | None) -> str:
+    """The training method of a run directory (``method.name`` of its config.yaml)."""
+    if not run_dir:
+        return "warm start"
+    from lopd.config import load_config
+
+    return load_config(Path(run_dir) / "config.yaml").method.name
 
 
 def _check_settings(meta: dict, run_dir: str | None) -> None:
@@ -90,9 +100,12 @@ def _cell(after: dict[str, float], before: dict[str, float], ids: list[str]) -> 
 def report() -> str:
     warm = json.loads((OUT / f"{WARM}.json").read_text())
     runs = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json")) if p.stem != WARM]
-    rows = [(r["name"], r["per_task"]) for r in runs]
-    if len(runs) > 1:
-        rows.append((f"pooled ({len(runs)} runs)", pooled([{"heldout": r} for r in runs])))
+    rows, sources = [(r["name"], r["per_task"]) for r in runs], list(runs)
+    for method in sorted({r["method"] for r in runs}):
+        same = [r for r in runs if r["method"] == method]
+        if len(same) > 1:
+            rows.append((f"{method}, pooled ({len(same)} runs)", pooled([{"heldout": r} for r in same])))
+            sources.append(None)
     base = warm["per_task"]
     lines = ["# The demo's learner on the headline's held-out set", "",
              (f"`python -m benchmarks.studies.demo_on_headline report`; all 200 tasks of `{SUITE}`, "
@@ -100,11 +113,11 @@ def report() -> str:
              f"evaluated the same way (backend {warm['backend']}). CPU: {warm['cpu']}."), "",
              "| run | held-out success | paired gain +- SE | gain / SE | eval s |", "|---|---|---|---|---|",
              f"| warm start (`{WARM_ADAPTER}`) | {warm['success']:.3f} | - | - | {warm['seconds']:.0f} |"]
-    for (name, per_task), run in zip(rows, [*runs, None]):
+    for (name, per_task), run in zip(rows, sources):
         gain, se, _ = paired_gain(per_task, base)
         success = sum(per_task.values()) / len(per_task)
         seconds = f"{run['seconds']:.0f}" if run else "-"
-        source = f"`{run['run']}`" if run else "per-task mean over the runs"
+        source = f"{run['method']}, `{run['run']}`" if run else "per-task mean over the runs"
         lines.append(f"| {name} ({source}) | {success:.3f} | "
                      f"**{gain:+.3f} +- {se:.3f}** | {gain / se if se else float('nan'):.1f} | {seconds} |")
     groups = _groups(base)

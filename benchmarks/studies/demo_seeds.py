@@ -42,7 +42,9 @@ def study_config(run_dir: Path, seed: int, steps: int, eval_tasks: int, override
     config.data.eval_suite = SUITE
     config.data.eval_tasks = eval_tasks
     config.data.eval_max_tier = 0
-    return validate(apply(config, parse_overrides(overrides)))
+    config = apply(config, parse_overrides(overrides))
+    config.run.out_dir = str(run_dir / config.method.name)  # the method an override names
+    return validate(config)
 
 
 def run(args: argparse.Namespace) -> None:
