@@ -100,12 +100,12 @@ def _cell(after: dict[str, float], before: dict[str, float], ids: list[str]) -> 
 def report() -> str:
     warm = json.loads((OUT / f"{WARM}.json").read_text())
     runs = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json")) if p.stem != WARM]
-    rows, sources = [(r["name"], r["per_task"]) for r in runs], list(runs)
+    rows = [(r["name"], r["per_task"], r) for r in runs]  # (name, per-task success, record)
     for method in sorted({r["method"] for r in runs}):
         same = [r for r in runs if r["method"] == method]
         if len(same) > 1:
-            rows.append((f"{method}, pooled ({len(same)} runs)", pooled([{"heldout": r} for r in same])))
-            sources.append(None)
+            rows.append((f"{method}, pooled ({len(same)} runs)",
+                         pooled([{"heldout": r} for r in same]), None))
     base = warm["per_task"]
     lines = ["# The demo's learner on the headline's held-out set", "",
              (f"`python -m benchmarks.studies.demo_on_headline report`; all 200 tasks of `{SUITE}`, "
@@ -113,7 +113,7 @@ def report() -> str:
              f"evaluated the same way (backend {warm['backend']}). CPU: {warm['cpu']}."), "",
              "| run | held-out success | paired gain +- SE | gain / SE | eval s |", "|---|---|---|---|---|",
              f"| warm start (`{WARM_ADAPTER}`) | {warm['success']:.3f} | - | - | {warm['seconds']:.0f} |"]
-    for (name, per_task), run in zip(rows, sources):
+    for name, per_task, run in rows:
         gain, se, _ = paired_gain(per_task, base)
         success = sum(per_task.values()) / len(per_task)
         seconds = f"{run['seconds']:.0f}" if run else "-"
@@ -122,11 +122,11 @@ def report() -> str:
                      f"**{gain:+.3f} +- {se:.3f}** | {gain / se if se else float('nan'):.1f} | {seconds} |")
     groups = _groups(base)
     lines += ["", "Successes before -> after (paired gain +- SE), by tier and domain:", "",
-              "| group | tasks | " + " | ".join(name for name, _ in rows) + " |",
+              "| group | tasks | " + " | ".join(name for name, _, _ in rows) + " |",
               "|---|---|" + "---|" * len(rows)]
     for group, ids in groups.items():
         lines.append(f"| {group} | {len(ids)} | " +
-                     " | ".join(_cell(per_task, base, ids) for _, per_task in rows) + " |")
+                     " | ".join(_cell(per_task, base, ids) for _, per_task, _ in rows) + " |")
     text = "\n".join(lines) + "\n"
     (OUT.parent / "demo_on_headline.md").write_text(text)
     return text
