@@ -14,12 +14,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from lopd.envs import code_tasks
-from lopd.envs.cleanup import make_cgroup, remove_cgroup, remove_tree
+from lopd.envs.cleanup import live_processes, make_cgroup, remove_cgroup, remove_tree
 from lopd.envs.code import CodeEnv, humaneval_path, load_code_tasks, load_humaneval
 from lopd.envs.plaindata import decode, encode, loads_json
 from lopd.envs.sandbox import _parse, call_sandboxed, run_sandboxed
@@ -272,3 +273,21 @@ def test_cgroup_helpers_degrade_quietly():
         remove_cgroup(group)
     remove_cgroup(None)
     remove_cgroup("/nonexistent/lopd-sbx-x")
+
+
+def test_live_processes_sees_a_group_until_it_has_exited():
+    """The list the sandbox waits on after its kills: running members count, zombies do not."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+    try:
+        assert live_processes(child.pid) == [child.pid]
+        assert child.pid in live_processes(-1, uid=os.getuid())
+        assert live_processes(-1, uid=os.getuid() + 1_000_000_000) == []
+        os.kill(child.pid, 9)
+        deadline = time.monotonic() + 5
+        while live_processes(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # SIGKILLed, then a zombie until reaped: both leave the list
+        assert live_processes(child.pid) == []
+    finally:
+        child.kill()
+        child.wait()

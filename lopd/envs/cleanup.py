@@ -10,6 +10,11 @@ gone.
 with ``memory.max`` (swap off) and ``pids.max``, when the hierarchy is cgroup v2 with both
 controllers delegated and writable; otherwise it returns None and the sandbox falls back to
 rlimits. ``remove_cgroup`` kills what is left in it and removes it, never raising.
+
+``live_processes(pgid, uid)`` lists the sandbox's processes (its process group, and every
+process of its private uid) that have not exited yet (zombies excluded): SIGKILL is asynchronous, so a killed process can still be running its exit
+for a few milliseconds on a loaded machine, and the sandbox waits on this list (bounded) before
+it reports a run as finished.
 """
 
 from __future__ import annotations
@@ -146,3 +151,29 @@ def remove_cgroup(group: str | None) -> None:
             return
         except OSError:
             time.sleep(0.02)
+
+
+def live_processes(pgid: int, uid: int | None = None) -> list[int]:
+    """Pids in process group ``pgid`` or (with ``uid``) of real uid ``uid`` that have not
+    exited (zombies excluded), read from ``/proc``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = Path(entry.path, "stat").read_text()
+            owner = None if uid is None else _real_uid(entry.path)
+        except (OSError, ValueError):
+            continue
+        fields = stat_line[stat_line.rindex(")") + 2:].split()
+        state, group = fields[0], int(fields[2])
+        if state not in ("Z", "X") and (group == pgid or (uid is not None and owner == uid)):
+            found.append(int(entry.name))
+    return found
+
+
+def _real_uid(proc_dir: str) -> int:
+    for line in Path(proc_dir, "status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise ValueError(f"no Uid line in {proc_dir}/status")

@@ -12,9 +12,10 @@ The child is ``python -I -B -c <plaindata.py + _confine.py + _harness.py>`` in i
 with a scrubbed environment (PATH, HOME, LANG) and fresh temporary directories. It confines
 itself before reading the candidate code (layers in ``_confine.py``; the ones that took effect
 are in ``SandboxResult.isolation``). After the run the parent kills the process group, every
-process of the private uid (as root) and the cgroup (where one was made), then deletes the
-directories (``remove_tree``: iterative, never raises). Results come back on a private file as
-``<nonce> <json>`` lines; the parser reads at most a few MB and never raises.
+process of the private uid (as root, until none is left running) and the cgroup (where one was
+made), then deletes the directories (``remove_tree``: iterative, never raises). Results come
+back on a private file as ``<nonce> <json>`` lines; the parser reads at most a few MB and never
+raises.
 
 The interpreter is chosen by a one-off probe: the first of the system ``python3`` (preferred:
 it starts faster and brings no installed packages, such as the HumanEval data, into view) and
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lopd.envs.cleanup import make_cgroup, remove_cgroup, remove_tree
+from lopd.envs.cleanup import live_processes, make_cgroup, remove_cgroup, remove_tree
 from lopd.envs.plaindata import decode, loads_json
 
 _HERE = Path(__file__).parent
@@ -110,18 +111,29 @@ def _kill_uid(uid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _kill_all(proc: subprocess.Popen, uid: int | None, cgroup: str | None) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if uid is not None:
-        _kill_uid(uid)
+def _kill_all(proc: subprocess.Popen, uid: int | None, cgroup: str | None,
+              timeout_s: float = 5.0) -> None:
+    """Kill the process group, the private uid's processes and the cgroup, then wait (bounded)
+    until none of them is left running: a SIGKILLed process exits only once it is scheduled,
+    and a fork in flight can outlive one sweep, so the kills repeat while anything is left."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if uid is not None:
+            _kill_uid(uid)
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # pragma: no cover - should not happen after SIGKILL
+            pass
+        if not live_processes(proc.pid, uid) or time.monotonic() > deadline:
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
     remove_cgroup(cgroup)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - should not happen after SIGKILL
-        pass
 
 
 def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
