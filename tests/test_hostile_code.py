@@ -59,7 +59,7 @@ def unix_listener():
     server.settimeout(0.05)
     yield server
     server.close()
-    os.unlink(PROBE_SOCKET)
+    Path(PROBE_SOCKET).unlink(missing_ok=True)
 
 
 def accepted(server: socket.socket) -> int:
