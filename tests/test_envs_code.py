@@ -10,29 +10,11 @@ from pathlib import Path
 import pytest
 
 from lopd.envs import load_suite, make_env
+from lopd.envs.cleanup import live_processes
 from lopd.envs.code import CodeEnv, extract_code, humaneval_program, load_code_tasks
 from lopd.envs.sandbox import run_sandboxed
 
 FAST = {"timeout_s": 2.0, "cpu_s": 2}
-
-
-def live_processes(pgid: int, uid: int | None) -> list[int]:
-    """Non-zombie processes in the sandbox's process group or owned by its private uid."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        state, process_group = fields[0], int(fields[2])
-        real_uid = int(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1])
-        if state != "Z" and (process_group == pgid or (uid is not None and real_uid == uid)):
-            found.append(int(entry.name))
-    return found
 
 
 def assert_contained(result):

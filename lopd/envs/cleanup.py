@@ -12,9 +12,10 @@ controllers delegated and writable; otherwise it returns None and the sandbox fa
 rlimits. ``remove_cgroup`` kills what is left in it and removes it, never raising.
 
 ``live_processes(pgid, uid)`` lists the sandbox's processes (its process group, and every
-process of its private uid) that have not exited yet (zombies excluded): SIGKILL is asynchronous, so a killed process can still be running its exit
-for a few milliseconds on a loaded machine, and the sandbox waits on this list (bounded) before
-it reports a run as finished.
+process of its private uid) that have not exited yet (zombies excluded): SIGKILL is
+asynchronous, so a killed process can still be running its exit for a few milliseconds on a
+loaded machine, and the sandbox waits on this list (bounded) before it reports a run as
+finished.
 """
 
 from __future__ import annotations
